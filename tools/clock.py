@@ -1,0 +1,68 @@
+"""Durations and timestamps: parse "1h30m" / "90 minutes", print "6h12m", ISO 8601 with offset."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+UNIT_SECONDS = {
+    "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400,
+    "w": 604800, "week": 604800, "weeks": 604800,
+}  # fmt: skip
+
+_UNITS = "|".join(sorted(UNIT_SECONDS, key=len, reverse=True))
+DURATION_PART = rf"(\d+(?:\.\d+)?)\s*({_UNITS})\b"
+_DURATION_RE = re.compile(rf"^\s*(?:{DURATION_PART}\s*)+$", re.IGNORECASE)
+_PART_RE = re.compile(DURATION_PART, re.IGNORECASE)
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds in "90", "1h", "1h30m", "90 minutes", "2 days", "0.5h". Raises ValueError."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    stripped = text.strip()
+    try:
+        return float(stripped)  # a bare number means seconds
+    except ValueError:
+        pass
+    if not _DURATION_RE.match(stripped):
+        raise ValueError(f"not a duration: {text!r} (try 90s, 10m, 1h30m, 2 days)")
+    return sum(float(n) * UNIT_SECONDS[u.lower()] for n, u in _PART_RE.findall(stripped))
+
+
+def format_duration(seconds: float) -> str:
+    """Compact and readable: 45s, 12m, 6h12m, 2d3h. Never negative."""
+    seconds = max(0, int(round(seconds)))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs:02d}s" if secs and minutes < 10 else f"{minutes}m"
+    return f"{secs}s"
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).astimezone()
+
+
+def now_iso() -> str:
+    return format_iso(now())
+
+
+def format_iso(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return moment.isoformat(timespec="seconds")
+
+
+def parse_iso(text: str) -> datetime:
+    """ISO 8601; a value without offset is taken as local time. Raises ValueError."""
+    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.astimezone()
