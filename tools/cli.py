@@ -9,6 +9,7 @@ import importlib
 import click
 
 from autoresearch_skills import __version__
+from autoresearch_skills.errors import run_cli
 
 # name -> "module:attribute"; each module also runs as `python tools/<module>.py`.
 COMMANDS = {
@@ -50,7 +51,7 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli(prog_name="ars")
+    run_cli(cli, prog_name="ars")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,442 @@
+"""The TSV ledger (`results.tsv`): one row per attempted experiment, append-only.
+
+Appends are one `write()` of a whole line under an exclusive `flock`, then fsync, so many
+processes (a swarm) may append at once without losing or interleaving rows. A crash
+mid-write leaves a torn last line: readers ignore it, the next writer moves it aside to
+`<ledger>.torn` (nothing is lost) before appending. No complete row is ever rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import click
+
+from autoresearch_skills.clock import now_iso, parse_iso
+from autoresearch_skills.errors import BadInput, run_cli
+
+# The first 15 are NeMo-RL's auto-research schema, so its readers keep working.
+NEMO_RL_COLUMNS = (
+    "index", "branch", "parent_commit", "commit", "recipe", "metric_name", "metric_value",
+    "memory_gb", "elapsed_min", "launcher", "job_id", "command", "log_path", "status", "description",
+)  # fmt: skip
+COLUMNS = (*NEMO_RL_COLUMNS, "started_at", "ended_at")
+STATUSES = ("keep", "discard", "crash", "timeout", "cancelled")
+KARPATHY_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
+
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_UNESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+
+
+@dataclass
+class Row:
+    index: int = -1  # -1: assigned under the lock at append time
+    branch: str = ""
+    parent_commit: str = ""
+    commit: str = ""
+    recipe: str = ""
+    metric_name: str = ""
+    metric_value: float = 0.0  # 0.000000 when the run produced no metric (NeMo-RL's convention)
+    memory_gb: float = 0.0
+    elapsed_min: float = 0.0
+    launcher: str = "local"
+    job_id: str = "none"
+    command: str = ""
+    log_path: str = ""
+    status: str = "crash"
+    description: str = ""
+    started_at: str = ""
+    ended_at: str = ""
+
+    def to_line(self, columns: tuple[str, ...] = COLUMNS) -> str:
+        values = {
+            **{k: str(v) for k, v in asdict(self).items()},
+            "metric_value": f"{self.metric_value:.6f}",
+            "memory_gb": f"{self.memory_gb:.1f}",
+            "elapsed_min": f"{self.elapsed_min:.2f}",
+        }
+        return "\t".join(escape(values[c]) for c in columns) + "\n"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class LedgerError(BadInput):
+    pass
+
+
+def escape(field: str) -> str:
+    return "".join(_ESCAPES.get(ch, ch) for ch in field)
+
+
+def unescape(field: str) -> str:
+    if "\\" not in field:
+        return field
+    out, chars = [], iter(field)
+    for ch in chars:
+        if ch == "\\":
+            nxt = next(chars, "\\")
+            out.append(_UNESCAPES.get(nxt, "\\" + nxt))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def make_row(values: dict, where: str = "row") -> Row:
+    """Validate and convert a mapping of column -> value (strings or typed) into a Row."""
+    unknown = set(values) - set(COLUMNS)
+    if unknown:
+        raise LedgerError(
+            f"{where}: unknown column(s) {', '.join(sorted(unknown))}; columns are: {' '.join(COLUMNS)}"
+        )
+    row = Row()
+    for name, value in values.items():
+        setattr(row, name, value if value is not None else getattr(row, name))
+    try:
+        row.index = int(row.index)
+    except (TypeError, ValueError):
+        raise LedgerError(f"{where}: index {row.index!r} is not an integer") from None
+    for name in ("metric_value", "memory_gb", "elapsed_min"):
+        raw = getattr(row, name)
+        try:
+            number = float(raw)
+        except (TypeError, ValueError):
+            raise LedgerError(f"{where}: {name} {raw!r} is not a number") from None
+        if math.isnan(number) or math.isinf(number):
+            raise LedgerError(f"{where}: {name} is {raw}; record a crash with metric 0.000000 instead")
+        setattr(row, name, number)
+    if row.status not in STATUSES:
+        raise LedgerError(f"{where}: status {row.status!r} is not one of {', '.join(STATUSES)}")
+    for name in ("started_at", "ended_at"):
+        stamp = getattr(row, name)
+        if stamp:
+            try:
+                parse_iso(stamp)
+            except ValueError:
+                raise LedgerError(f"{where}: {name} {stamp!r} is not an ISO 8601 timestamp") from None
+    for f in fields(Row):
+        if f.type == "str":
+            setattr(row, f.name, str(getattr(row, f.name)))
+    row.job_id = row.job_id or "none"
+    return row
+
+
+def _header_columns(line: str, path: Path) -> tuple[str, ...]:
+    header = tuple(line.rstrip("\r\n").split("\t"))
+    if header in (COLUMNS, NEMO_RL_COLUMNS):
+        return header
+    raise LedgerError(
+        f"{path} line 1 is not a ledger header (expected: {' '.join(COLUMNS)}); "
+        "point to a results.tsv or create one with `ars ledger init`"
+    )
+
+
+def _parse_line(line: str, columns: tuple[str, ...], path: Path, lineno: int) -> Row:
+    parts = line.rstrip("\r\n").split("\t")
+    if len(parts) != len(columns):
+        raise LedgerError(
+            f"{path} line {lineno} has {len(parts)} fields, expected {len(columns)}: fix or remove the line"
+        )
+    return make_row({c: unescape(p) for c, p in zip(columns, parts)}, where=f"{path} line {lineno}")
+
+
+def read(path: str | Path) -> list[Row]:
+    """All complete rows. A torn last line (no newline, not a valid row) is ignored."""
+    path = Path(path)
+    if not path.exists():
+        raise LedgerError(f"{path} does not exist; create it with `ars ledger init {path}`")
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    if not text:
+        return []
+    lines = text.split("\n")
+    torn = lines.pop()  # "" when the file ends with a newline
+    if not lines:
+        _header_columns(torn, path)
+        return []
+    columns = _header_columns(lines[0], path)
+    rows = [_parse_line(line, columns, path, n) for n, line in enumerate(lines[1:], start=2) if line.strip()]
+    if torn.strip():
+        # half-written by a crashed writer unless it parses; the next append moves it aside
+        with contextlib.suppress(LedgerError):
+            rows.append(_parse_line(torn, columns, path, len(lines) + 1))
+    return rows
+
+
+def init(path: str | Path) -> bool:
+    """Create the ledger with its header; False when a valid ledger is already there."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path) as handle:
+        handle.seek(0)
+        first = handle.readline()
+        if first:
+            _header_columns(first.decode("utf-8", errors="replace"), path)
+            return False
+        _write_all(handle, ("\t".join(COLUMNS) + "\n").encode())
+        return True
+
+
+def append(path: str | Path, row: Row | dict) -> Row:
+    """Append one row atomically; assigns `index` (attempt count) when it is -1. Returns the row."""
+    path = Path(path)
+    row = row if isinstance(row, Row) else make_row(row)
+    row = make_row(row.to_dict())  # validate before anything touches the file
+    row.started_at = row.started_at or now_iso()
+    row.ended_at = row.ended_at or now_iso()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path) as handle:
+        data = handle.read()
+        if not data:
+            columns = COLUMNS
+            _write_all(handle, ("\t".join(COLUMNS) + "\n").encode())
+        else:
+            columns = _header_columns(data.split(b"\n", 1)[0].decode("utf-8", errors="replace"), path)
+            if not data.endswith(b"\n"):
+                data = _repair_tail(handle, path, data, columns)
+        if row.index < 0:  # rows so far = lines after the header, blank lines aside
+            row.index = max(0, data.count(b"\n") - 1 - data.count(b"\n\n"))
+        _write_all(handle, row.to_line(columns).encode())
+    return row
+
+
+def _repair_tail(handle, path: Path, data: bytes, columns: tuple[str, ...]) -> bytes:
+    """The last line has no newline: complete it when it is a whole row, else move it aside."""
+    head, _, tail = data.rpartition(b"\n")
+    try:
+        _parse_line(tail.decode("utf-8", errors="replace"), columns, path, head.count(b"\n") + 2)
+    except LedgerError:
+        with open(str(path) + ".torn", "ab") as torn:
+            torn.write(tail + b"\n")
+        handle.truncate(len(head) + 1)
+        return head + b"\n"
+    _write_all(handle, b"\n")
+    return data + b"\n"
+
+
+class _locked:
+    """Open for read+append under an exclusive flock; released on close (also by a crash)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.handle = open(self.path, "a+b")  # noqa: SIM115 (closed in __exit__)
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        self.handle.seek(0)
+        return self.handle
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+
+def _write_all(handle, data: bytes) -> None:
+    handle.seek(0, os.SEEK_END)
+    handle.write(data)  # one write of whole lines; O_APPEND keeps it at the end
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def best(rows: Iterable[Row], direction: str = "min") -> Row | None:
+    """The best kept row by metric; earliest wins ties."""
+    kept = [r for r in rows if r.status == "keep"]
+    if not kept:
+        return None
+    pick = min if direction == "min" else max
+    return pick(kept, key=lambda r: r.metric_value)
+
+
+def export(rows: list[Row], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps([r.to_dict() for r in rows], indent=2) + "\n"
+    if fmt == "csv":
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(COLUMNS)
+        for r in rows:
+            writer.writerow([getattr(r, c) for c in COLUMNS])
+        return buffer.getvalue()
+    if fmt == "karpathy":  # autoresearch's results.tsv: commit val_bpb memory_gb status description
+        lines = ["\t".join(KARPATHY_COLUMNS)]
+        for r in rows:
+            status = r.status if r.status in ("keep", "discard") else "crash"
+            lines.append(
+                "\t".join(
+                    [
+                        r.commit[:7],
+                        f"{r.metric_value:.6f}",
+                        f"{r.memory_gb:.1f}",
+                        status,
+                        escape(r.description),
+                    ]
+                )
+            )
+        return "\n".join(lines) + "\n"
+    raise BadInput(f"unknown export format {fmt!r}; use karpathy, csv or json")
+
+
+# ---------------------------------------------------------------- command line
+
+
+@click.group("ledger")
+def cli() -> None:
+    """The TSV ledger: one row per attempted experiment, append-only.
+
+    \b
+    Examples:
+      ars ledger init results.tsv
+      ars ledger append results.tsv --branch autoresearch/x/baseline --metric-name val_bpb \\
+          --metric-value 0.9979 --status keep --description "baseline"
+      ars ledger show results.tsv --status keep
+      ars ledger best results.tsv --direction min --json
+      ars ledger export results.tsv --format karpathy
+    """
+
+
+@cli.command("init")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+def init_cmd(path: Path) -> None:
+    """Create an empty ledger with its header (no-op when one exists).
+
+    \b
+    Examples:
+      ars ledger init reports/auto_research/lr-sweep/results.tsv
+    """
+    created = init(path)
+    click.echo(f"ledger: {path} ({'created' if created else 'already exists'})")
+
+
+def _append_options(func):
+    for column in reversed(COLUMNS):
+        option = "--" + column.replace("_", "-")
+        kind = click.Choice(STATUSES) if column == "status" else str
+        func = click.option(option, column, type=kind, default=None, help=f"the `{column}` field")(func)
+    return func
+
+
+@cli.command("append")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "json_row", default=None, help="the whole row as a JSON object (fields override it)")
+@_append_options
+def append_cmd(path: Path, json_row: str | None, **values) -> None:
+    """Append one row (index assigned automatically unless given).
+
+    Unset fields take defaults: metric 0.000000, job_id none, timestamps now.
+
+    \b
+    Examples:
+      ars ledger append results.tsv --branch autoresearch/1121-lr/higher-lr \\
+          --metric-name val_bpb --metric-value 0.9921 --status keep \\
+          --description "raise LR 0.04 -> 0.06"
+      ars ledger append results.tsv --json '{"status": "crash", "description": "OOM at step 3"}'
+    """
+    row: dict = {}
+    if json_row:
+        try:
+            row = json.loads(json_row)
+        except json.JSONDecodeError as err:
+            raise BadInput(f"--json is not valid JSON: {err}") from None
+        if not isinstance(row, dict):
+            raise BadInput("--json must be a JSON object of column -> value")
+    row.update({k: v for k, v in values.items() if v is not None})
+    if Path(path).exists():
+        read(path)  # refuse to append to a file that is not a ledger or has a broken row
+    written = append(path, make_row(row, where="new row"))
+    click.echo(
+        f"appended: index {written.index} status {written.status} {written.metric_name} {written.metric_value:.6f}"
+    )
+
+
+@cli.command("show")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--status", "statuses", multiple=True, type=click.Choice(STATUSES), help="only rows with this status"
+)
+@click.option("--json", "as_json", is_flag=True, help="a JSON array of rows")
+def show_cmd(path: Path, statuses: tuple[str, ...], as_json: bool) -> None:
+    """Print the ledger as an aligned table (or JSON).
+
+    \b
+    Examples:
+      ars ledger show results.tsv
+      ars ledger show results.tsv --status keep --status discard --json
+    """
+    rows = [r for r in read(path) if not statuses or r.status in statuses]
+    if as_json:
+        click.echo(export(rows, "json"), nl=False)
+        return
+    table = [("index", "status", "metric", "elapsed", "branch", "description")]
+    for r in rows:
+        metric = f"{r.metric_value:.6f}" if r.status in ("keep", "discard") else "-"
+        table.append((str(r.index), r.status, metric, f"{r.elapsed_min:.1f}m", r.branch, r.description))
+    widths = [max(len(line[i]) for line in table) for i in range(5)]
+    for line in table:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(line[:5], widths)) + "  " + line[5])
+
+
+@cli.command("best")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-d", "--direction", type=click.Choice(["min", "max"]), required=True, help="lower or higher is better"
+)
+@click.option("--json", "as_json", is_flag=True)
+def best_cmd(path: Path, direction: str, as_json: bool) -> None:
+    """Print the best kept row. Exit 1 when no row is kept yet.
+
+    \b
+    Examples:
+      ars ledger best results.tsv --direction min
+      ars ledger best results.tsv -d max --json
+    """
+    row = best(read(path), direction)
+    if row is None:
+        click.echo("best: none (no kept row yet)", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(row.to_dict(), indent=2))
+    else:
+        click.echo(f"best: {row.metric_name} {row.metric_value:.6f}")
+        click.echo(
+            f"index: {row.index}\nbranch: {row.branch}\ncommit: {row.commit}\ndescription: {row.description}"
+        )
+
+
+@cli.command("export")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-f", "--format", "fmt", type=click.Choice(["karpathy", "csv", "json"]), required=True)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="write here instead of stdout"
+)
+def export_cmd(path: Path, fmt: str, output: Path | None) -> None:
+    """Export the ledger: karpathy's 5-column TSV, CSV or JSON.
+
+    \b
+    Examples:
+      ars ledger export results.tsv --format karpathy > autoresearch_results.tsv
+      ars ledger export results.tsv -f csv -o results.csv
+    """
+    text = export(read(path), fmt)
+    if output:
+        tmp = output.with_name(output.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, output)
+    else:
+        click.echo(text, nl=False)
+
+
+def main() -> None:
+    run_cli(cli, prog_name="ledger.py")
+
+
+if __name__ == "__main__":
+    main()
