@@ -14,7 +14,7 @@ UNIT_SECONDS = {
 }  # fmt: skip
 
 _UNITS = "|".join(sorted(UNIT_SECONDS, key=len, reverse=True))
-DURATION_PART = rf"(\d+(?:\.\d+)?)\s*({_UNITS})\b"
+DURATION_PART = rf"(\d+(?:\.\d+)?)\s*({_UNITS})(?![a-z])"
 _DURATION_RE = re.compile(rf"^\s*(?:{DURATION_PART}\s*)+$", re.IGNORECASE)
 _PART_RE = re.compile(DURATION_PART, re.IGNORECASE)
 
