@@ -14,4 +14,6 @@ def resource_dir(name: str) -> Path:
     for candidate in (BUNDLED_DIR / name, PACKAGE_DIR.parent / name):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(f"{name}/ not found beside the package ({PACKAGE_DIR}); reinstall autoresearch-skills")
+    raise FileNotFoundError(
+        f"{name}/ not found beside the package ({PACKAGE_DIR}); reinstall autoresearch-skills"
+    )
