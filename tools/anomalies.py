@@ -1,0 +1,322 @@
+"""The anomaly catalogue: what goes wrong in training runs, how it shows in a log, what to do.
+
+Each kind has a one-line diagnosis and a suggested fix. `LogScanner` reads a growing log
+incrementally (only the bytes added since its last call), so a monitor can poll it every
+second for hours without ever re-reading the whole file. `references/anomaly-catalogue.md`
+is the long form of this table; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    title: str
+    diagnosis: str
+    fix: str
+    pattern: re.Pattern | None = None  # None: detected by the monitor, not by a log line
+
+
+def _re(text: str, flags: int = 0) -> re.Pattern:
+    return re.compile(text, flags)
+
+
+# Order matters: a line is reported under the first kind whose pattern matches it, so the
+# specific kinds (CUDA OOM) come before the broader ones (any CUDA error).
+KINDS: tuple[Kind, ...] = (
+    Kind(
+        "cuda_oom",
+        "CUDA out of memory",
+        "GPU memory ran out: the model, batch or sequence length does not fit on the device.",
+        "Lower the micro-batch size or sequence length, enable gradient checkpointing or sharding "
+        "(FSDP/ZeRO), and check with nvidia-smi that no other process holds the GPU.",
+        _re(
+            r"CUDA out of memory|(?:torch\.(?:cuda\.)?)?OutOfMemoryError|CUDA error: out of memory"
+            r"|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory|RESOURCE_EXHAUSTED: Out of memory"
+        ),
+    ),
+    Kind(
+        "nccl",
+        "NCCL error or timeout",
+        "A collective operation failed or timed out: a rank died or hung, or the network between "
+        "GPUs is misconfigured.",
+        "Find the first rank that failed (often an OOM or exception above this line); rerun with "
+        "NCCL_DEBUG=INFO; check NCCL_SOCKET_IFNAME/InfiniBand settings; raise the timeout only if "
+        "a rank is legitimately slow (checkpoint saving, evaluation on rank 0).",
+        _re(
+            r"NCCL error|NCCL timeout|nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error"
+            r"|Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imed? ?out"
+            r"|NCCL communicator was aborted|NCCL WARN .*(?:[Ff]ail|[Ee]rror|[Tt]imeout|[Aa]bort)"
+        ),
+    ),
+    Kind(
+        "cuda_error",
+        "CUDA error",
+        "A CUDA kernel or library call failed (device-side assert, illegal memory access, or a "
+        "driver/library mismatch).",
+        "Rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing operation; a device-side assert is "
+        "usually an index out of range (label >= num_classes, token id >= vocab size).",
+        _re(
+            r"CUDA error|device-side assert triggered|illegal memory access was encountered"
+            r"|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error"
+        ),
+    ),
+    Kind(
+        "nan_loss",
+        "loss is NaN or inf",
+        "The loss became NaN or infinite: training diverged or hit a numerical error.",
+        "Lower the learning rate or lengthen warmup, clip gradients, prefer bf16 over fp16, and "
+        "check the data for empty or corrupt samples; restart from the last finite checkpoint.",
+        _re(
+            # `loss: nan`, `loss nan`, `train/loss=inf`, `'loss': nan`, `actor/pg_loss:nan`, `loss: tensor(nan)`
+            r"\b[\w./-]*loss[\w./-]*['\"]?(?:\s*[:=]\s*|\s+)(?:[\w.]+\()?\s*['\"]?[-+]?(?:nan|inf(?:inity)?)\b"
+            r"|\bloss (?:is|became|was) (?:nan|inf)|\bnon-finite loss|\bnan loss\b",
+            re.IGNORECASE,
+        ),
+    ),
+    Kind(
+        "killed",
+        "process killed (SIGKILL)",
+        "The process was killed with SIGKILL, most often by the host's out-of-memory killer "
+        "(CPU RAM, not GPU memory).",
+        "Reduce host memory: fewer DataLoader workers, smaller prefetch or replay buffers, stream the "
+        "dataset instead of loading it whole; check `dmesg | grep -i oom` or the job's memory limit. "
+        "A timeout that escalated to SIGKILL also ends this way.",
+        _re(
+            r"^\s*Killed\s*$|\b\d+ Killed\s|Out of memory: Kill(?:ed)? process|oom-kill"
+            r"|Signals\.SIGKILL|\bSIGKILL\b|(?:exit|return) code:? -9\b|exit(?:ed with)? (?:code|status) 137\b"
+        ),
+    ),
+    Kind(
+        "disk_full",
+        "disk full",
+        "A write failed because the disk or quota is full (checkpoints, caches or logs).",
+        "Free space (`df -h`), keep fewer checkpoints, or point checkpoint, cache and temp "
+        "directories (HF_HOME, TMPDIR) at a larger disk.",
+        _re(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\bEDQUOT\b"),
+    ),
+    Kind(
+        "native_crash",
+        "segmentation fault or bus error",
+        "The process crashed in native code (segmentation fault or bus error).",
+        "A bus error in DataLoader workers usually means /dev/shm is too small (docker --shm-size); "
+        "a segfault often means mismatched CUDA/torch/extension builds. Rerun with "
+        "PYTHONFAULTHANDLER=1 to see the Python stack.",
+        _re(r"Segmentation fault|\bSIGSEGV\b|\b(?i:bus error)\b|\bSIGBUS\b|core dumped"),
+    ),
+    Kind(
+        "traceback",
+        "Python exception",
+        "An uncaught Python exception ended (or will end) the run.",
+        "Read the exception line and the frame above it in the log; fix the code or config it names "
+        "and rerun.",
+    ),
+    Kind(
+        "stall",
+        "no new output",
+        "The run is alive but wrote nothing for a long time: hung (deadlock, NCCL hang, stuck data "
+        "loader) or buffering its output.",
+        "Look at the live stacks (`py-spy dump --pid PID`); make output unbuffered (python -u, "
+        "PYTHONUNBUFFERED=1); for NCCL hangs set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and a shorter "
+        "timeout.",
+    ),
+    Kind(
+        "first_step_timeout",
+        "first step never came",
+        "The first training step was not logged within the limit: start-up is stuck or failing "
+        "silently (model download, data preprocessing, rollout workers, deadlock).",
+        "Read the last lines of the log to see where start-up stopped; check the pattern really "
+        "appears in a healthy run's log; raise --first-step-timeout only if start-up is known to be slow.",
+    ),
+)
+CATALOGUE: dict[str, Kind] = {kind.name: kind for kind in KINDS}
+LINE_KINDS: tuple[Kind, ...] = tuple(kind for kind in KINDS if kind.pattern is not None)
+
+TRACEBACK_START = "Traceback (most recent call last):"
+_MAX_TRACEBACK_LINES = 500  # interleaved output can hide the exception line; give up after this many
+_MAX_PARTIAL = 64 * 1024  # a line without newline (progress bars) is capped, keeping its end
+_READ_CHUNK = 4 * 1024 * 1024
+_MAX_SHOWN = 300  # characters of a log line kept in a report
+
+
+@dataclass
+class Anomaly:
+    kind: str
+    line_no: int | None  # 1-based line in the log; None for stall and first-step timeout
+    text: str  # the log line (for a traceback: the exception line), or what the monitor saw
+    diagnosis: str
+    fix: str
+    count: int = 1  # occurrences (lines, tracebacks or stall episodes) of this kind so far
+    first_seen: float = 0.0  # time.time() when first detected
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        where = f"line {self.line_no}" if self.line_no is not None else "run"
+        times = f" (x{self.count})" if self.count > 1 else ""
+        return f"{self.kind} {where}{times}: {self.text}"
+
+
+def make_anomaly(kind: str, text: str, line_no: int | None = None) -> Anomaly:
+    entry = CATALOGUE[kind]
+    return Anomaly(kind, line_no, _shorten(text), entry.diagnosis, entry.fix, first_seen=time.time())
+
+
+def _shorten(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def classify(line: str) -> Kind | None:
+    """The catalogue kind a single log line shows, or None."""
+    for kind in LINE_KINDS:
+        if kind.pattern.search(line):
+            return kind
+    return None
+
+
+@dataclass
+class _Traceback:
+    prefix: str  # text before "Traceback" (`[rank0]: `, a timestamp), repeated on its frames
+    line_no: int
+    seen: int = 0
+
+
+class LogScanner:
+    """Finds anomalies in a growing log, reading only the bytes added since the last call.
+
+    Each kind is kept once (its first occurrence) with a running count, so a loss that
+    prints NaN at every step is one anomaly, not thousands. Optionally watches for a
+    "first step" pattern and records when it first matched.
+    """
+
+    def __init__(self, path: str | Path | None = None, first_step: re.Pattern | None = None):
+        self.path = Path(path) if path is not None else None
+        self.first_step = first_step
+        self.first_step_line: int | None = None
+        self.first_step_at: float | None = None  # time.time() when seen
+        self.found: dict[str, Anomaly] = {}
+        self.offset = 0  # bytes consumed so far
+        self.line_no = 0  # complete lines consumed so far
+        self.last_growth = time.monotonic()  # when new bytes last arrived (or scanning began)
+        self._partial = b""
+        self._inode: int | None = None
+        self._traceback: _Traceback | None = None
+
+    def poll(self, final: bool = False) -> list[Anomaly]:
+        """Read what was appended to the file since the last call; return kinds seen for the first time.
+
+        `final=True` also scans a last line that has no newline yet: the run has ended, so
+        nothing more will complete it.
+        """
+        new: list[Anomaly] = []
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return new
+        if self._inode is not None and (stat.st_ino != self._inode or stat.st_size < self.offset):
+            self._restart()  # rotated or truncated: the old offset means nothing in the new file
+        self._inode = stat.st_ino
+        if stat.st_size > self.offset:
+            self.last_growth = time.monotonic()
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                while chunk := handle.read(_READ_CHUNK):
+                    new += self.feed(chunk)
+        if final:
+            new += self.feed(b"", final=True)
+        return new
+
+    def feed(self, data: bytes, final: bool = False) -> list[Anomaly]:
+        """Scan bytes that follow what was fed before; return kinds seen for the first time."""
+        new: list[Anomaly] = []
+        self.offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > _MAX_PARTIAL:
+            # A progress bar redraws with \r and never ends its line: keep its latest state only.
+            self._partial = self._partial[self._partial.rfind(b"\r") + 1 :][-_MAX_PARTIAL:]
+        if final and self._partial:
+            lines.append(self._partial)
+            self._partial = b""
+        for raw in lines:
+            self.line_no += 1
+            self._scan_line(raw.decode("utf-8", "replace"), new)
+        if final and self._traceback is not None:
+            self._finish_traceback(f"{TRACEBACK_START} (output ends before the exception line)", new)
+        return new
+
+    def add(self, kind: str, text: str, line_no: int | None = None) -> Anomaly | None:
+        """Record one occurrence; return the anomaly if its kind is new."""
+        if kind in self.found:
+            self.found[kind].count += 1
+            return None
+        anomaly = make_anomaly(kind, text, line_no)
+        self.found[kind] = anomaly
+        return anomaly
+
+    @property
+    def idle_seconds(self) -> float:
+        return time.monotonic() - self.last_growth
+
+    def _restart(self) -> None:
+        self.offset = 0
+        self.line_no = 0
+        self._partial = b""
+        self._traceback = None
+
+    def _scan_line(self, line: str, new: list[Anomaly]) -> None:
+        line = line.rstrip("\r")
+        line = line[line.rfind("\r") + 1 :]  # a progress bar's redraws: only the last one is on screen
+        if self.first_step is not None and self.first_step_at is None and self.first_step.search(line):
+            self.first_step_at = time.time()
+            self.first_step_line = self.line_no
+        self._track_traceback(line, new)
+        kind = classify(line)
+        if kind is not None:
+            self._note(self.add(kind.name, line, self.line_no), new)
+
+    def _track_traceback(self, line: str, new: list[Anomaly]) -> None:
+        start = line.find(TRACEBACK_START)
+        if start >= 0:
+            if self._traceback is None:
+                self._traceback = _Traceback(prefix=line[:start], line_no=self.line_no)
+            return
+        state = self._traceback
+        if state is None:
+            return
+        state.seen += 1
+        if state.seen > _MAX_TRACEBACK_LINES:
+            self._finish_traceback(TRACEBACK_START, new, state.line_no)
+            return
+        if state.prefix.strip():
+            if not line.startswith(state.prefix):
+                return  # another rank's or thread's output interleaved with this traceback
+            line = line[len(state.prefix) :]
+        if not line.strip() or line[0].isspace():
+            return  # a frame (`  File ...`), its source line, or the 3.11+ `^^^^` markers
+        self._finish_traceback(line, new, self.line_no)
+
+    def _finish_traceback(self, exception_line: str, new: list[Anomaly], line_no: int | None = None) -> None:
+        state, self._traceback = self._traceback, None
+        self._note(self.add("traceback", exception_line, line_no or state.line_no), new)
+
+    @staticmethod
+    def _note(anomaly: Anomaly | None, new: list[Anomaly]) -> None:
+        if anomaly is not None:
+            new.append(anomaly)
+
+
+def scan_text(text: str) -> dict[str, Anomaly]:
+    """Every anomaly kind in a finished log's text, by kind (first occurrence, with counts)."""
+    scanner = LogScanner()
+    scanner.feed(text.encode(), final=True)
+    return scanner.found
