@@ -201,15 +201,23 @@ def append(path: str | Path, row: Row | dict) -> Row:
             columns = _header_columns(data.split(b"\n", 1)[0].decode("utf-8", errors="replace"), path)
             if not data.endswith(b"\n"):
                 data = _repair_tail(handle, path, data, columns)
-        if row.index < 0:  # rows so far = lines after the header, blank lines aside
-            row.index = max(0, data.count(b"\n") - 1 - data.count(b"\n\n"))
+        if row.index < 0:
+            row.index = _count_rows(data)
         _write_all(handle, row.to_line(columns).encode())
     return row
 
 
+def _count_rows(data: bytes) -> int:
+    """Rows so far: lines after the header, blank lines aside (as `read` skips them)."""
+    return sum(1 for line in data.split(b"\n")[1:] if line.strip())
+
+
 def _repair_tail(handle, path: Path, data: bytes, columns: tuple[str, ...]) -> bytes:
     """The last line has no newline: complete it when it is a whole row, else move it aside."""
-    head, _, tail = data.rpartition(b"\n")
+    head, newline, tail = data.rpartition(b"\n")
+    if not newline:  # the header alone (already checked by the caller)
+        _write_all(handle, b"\n")
+        return data + b"\n"
     try:
         _parse_line(tail.decode("utf-8", errors="replace"), columns, path, head.count(b"\n") + 2)
     except LedgerError:
@@ -345,13 +353,13 @@ def append_cmd(path: Path, json_row: str | None, **values) -> None:
         try:
             row = json.loads(json_row)
         except json.JSONDecodeError as err:
-            raise BadInput(f"--json is not valid JSON: {err}") from None
+            raise BadInput(f"{path}: --json is not valid JSON: {err}") from None
         if not isinstance(row, dict):
-            raise BadInput("--json must be a JSON object of column -> value")
+            raise BadInput(f"{path}: --json must be a JSON object of column -> value")
     row.update({k: v for k, v in values.items() if v is not None})
     if Path(path).exists():
         read(path)  # refuse to append to a file that is not a ledger or has a broken row
-    written = append(path, make_row(row, where="new row"))
+    written = append(path, make_row(row, where=f"{path}: new row"))
     click.echo(
         f"appended: index {written.index} status {written.status} {written.metric_name} {written.metric_value:.6f}"
     )
@@ -378,7 +386,10 @@ def show_cmd(path: Path, statuses: tuple[str, ...], as_json: bool) -> None:
     table = [("index", "status", "metric", "elapsed", "branch", "description")]
     for r in rows:
         metric = f"{r.metric_value:.6f}" if r.status in ("keep", "discard") else "-"
-        table.append((str(r.index), r.status, metric, f"{r.elapsed_min:.1f}m", r.branch, r.description))
+        # escaped, so a tab or newline inside a field cannot break the one-row-per-line table
+        table.append(
+            (str(r.index), r.status, metric, f"{r.elapsed_min:.1f}m", escape(r.branch), escape(r.description))
+        )
     widths = [max(len(line[i]) for line in table) for i in range(5)]
     for line in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(line[:5], widths)) + "  " + line[5])
@@ -407,7 +418,8 @@ def best_cmd(path: Path, direction: str, as_json: bool) -> None:
     else:
         click.echo(f"best: {row.metric_name} {row.metric_value:.6f}")
         click.echo(
-            f"index: {row.index}\nbranch: {row.branch}\ncommit: {row.commit}\ndescription: {row.description}"
+            f"index: {row.index}\nbranch: {escape(row.branch)}\ncommit: {row.commit}\n"
+            f"description: {escape(row.description)}"
         )
 
 
