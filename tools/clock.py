@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timezone
 
@@ -22,15 +23,16 @@ _PART_RE = re.compile(DURATION_PART, re.IGNORECASE)
 def parse_duration(text: str | int | float) -> float:
     """Seconds in "90", "1h", "1h30m", "90 minutes", "2 days", "0.5h". Raises ValueError."""
     if isinstance(text, (int, float)):
-        return float(text)
-    stripped = text.strip()
-    try:
-        return float(stripped)  # a bare number means seconds
-    except ValueError:
-        pass
-    if not _DURATION_RE.match(stripped):
+        seconds = float(text)
+    elif re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", text):
+        seconds = float(text)  # a bare number means seconds
+    elif _DURATION_RE.match(text):
+        seconds = sum(float(n) * UNIT_SECONDS[u.lower()] for n, u in _PART_RE.findall(text))
+    else:
         raise ValueError(f"not a duration: {text!r} (try 90s, 10m, 1h30m, 2 days)")
-    return sum(float(n) * UNIT_SECONDS[u.lower()] for n, u in _PART_RE.findall(stripped))
+    if not 0 <= seconds < math.inf:  # also refuses NaN: a negative or endless budget is a typo
+        raise ValueError(f"not a duration: {text!r} (must be zero or more, e.g. 90s, 10m, 1h30m)")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:
