@@ -143,7 +143,7 @@ class StopRules:
 _DURATION = rf"(?P<duration>(?:{DURATION_PART}\s*)+)"
 _COUNT_NOUN = r"(?:experiments?|runs?|trials?|attempts?|iterations?|jobs?)"
 _FILLER = (
-    r"(?:stop|after|run|runs|for|at\s+most|up\s+to|max|maximum|a|an|the|of|in|with|then|please|do|"
+    r"(?:stop|when|once|if|after|run|runs|for|at\s+most|up\s+to|max|maximum|a|an|the|of|in|with|then|please|do|"
     r"budget|total|overall|time|wall[- ]?clock|limit|or|and|until|within|keep\s+going|go|no\s+more\s+than|than)"
 )
 _CLAUSES: list[tuple[str, str]] = [
@@ -259,28 +259,38 @@ def from_mapping(data: dict, source: str = "rules") -> StopRules:
         raise BadInput(
             f"{source}: unknown stop rule key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
         )
-    try:
-        for key, value in data.items():
-            if value is None:
-                continue
-            if key in ("budget", "per_run_timeout"):
-                value = parse_duration(value)
-            elif key in ("max_experiments", "patience", "failure_window"):
-                value = int(value)
-            elif key == "max_failure_rate":
-                value = float(str(value).rstrip("%")) / (100 if str(value).endswith("%") else 1)
-            elif key == "deadline":
-                value = format_iso(value if isinstance(value, datetime) else parse_iso(str(value)))
-            elif key == "target":
-                value = (
-                    Target(value["metric"], value.get("op", "<="), float(value["value"]))
-                    if isinstance(value, dict)
-                    else Target.parse(str(value))
-                )
-            setattr(rules, key, value)
-    except (ValueError, TypeError, KeyError) as err:
-        raise BadInput(f"{source}: {err}") from None
+    for key, value in data.items():
+        if value is None:
+            continue
+        try:
+            setattr(rules, key, _mapping_value(key, value))
+        except (ValueError, TypeError) as err:
+            raise BadInput(f"{source}: {key}: {err}") from None
     return rules
+
+
+def _mapping_value(key: str, value):
+    """One YAML value in its StopRules type. Raises ValueError saying what is expected."""
+    if key in ("budget", "per_run_timeout"):
+        return parse_duration(value)
+    if key in ("max_experiments", "patience", "failure_window"):
+        number, least = int(value), (1 if key == "failure_window" else 0)
+        if number < least or number != float(value):
+            raise ValueError(f"{value!r} is not a whole number of runs, {least} or more")
+        return number
+    if key == "max_failure_rate":
+        rate = float(str(value).rstrip("%")) / (100 if str(value).endswith("%") else 1)
+        if not 0 <= rate <= 1:
+            raise ValueError(f"{value!r} is not a rate between 0 and 1 (or 0% and 100%)")
+        return rate
+    if key == "deadline":
+        return format_iso(value if isinstance(value, datetime) else parse_iso(str(value)))
+    # target: "val_bpb<=0.95" or {metric: val_bpb, op: "<=", value: 0.95}
+    if isinstance(value, dict):
+        if "metric" not in value or "value" not in value or value.get("op", "<=") not in OPERATORS:
+            raise ValueError(f"{value!r} needs metric, value and an op among {' '.join(OPERATORS)}")
+        return Target(str(value["metric"]), value.get("op", "<="), float(value["value"]))
+    return Target.parse(str(value))
 
 
 def load_file(path: str | Path) -> StopRules:
