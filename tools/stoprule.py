@@ -215,6 +215,8 @@ def _apply(rules: StopRules, kind: str, match: re.Match, clause: str) -> None:
     elif kind == "max_experiments":
         once("max_experiments", int(match["n"]))
     elif kind == "failure_rate":
+        if float(match["pct"]) > 100:
+            raise BadInput(f"failure rate in {clause!r} is above 100%; say e.g. 'failure rate above 50%'")
         once("max_failure_rate", float(match["pct"]) / 100)
     elif kind == "per_run":
         once("per_run_timeout", parse_duration(match["duration"]))
