@@ -1,0 +1,277 @@
+"""`ars doctor`: what a campaign needs on this machine, checked for real and reported plainly.
+
+GPUs come from `nvidia-smi` when it is on PATH and from `torch.cuda` when torch imports;
+a machine without either says `gpus: none (...)` with the reason. Nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import click
+
+from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, run_cli
+
+NVIDIA_SMI_QUERY = ["--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+COMMAND_TIMEOUT = 20.0  # seconds; nvidia-smi can hang on a wedged driver
+REQUIREMENTS = ("gpu", "tmux", "git", "slurm", "torch")
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: str
+    memory_mib: float | None
+    driver: str | None
+    source: str  # "nvidia-smi" or "torch"
+
+
+@dataclass
+class Report:
+    python: str
+    python_executable: str
+    platform: str
+    cpus: int
+    cpus_usable: int  # what this process may use (cgroup/affinity), which is what matters
+    memory_gib: float | None
+    disk_path: str
+    disk_free_gib: float
+    disk_total_gib: float
+    tmux: str | None
+    git: str | None
+    slurm: str | None
+    torch: str | None
+    torch_cuda: dict
+    gpus: list[Gpu]
+    gpu_note: str  # where the GPU list came from, or why it is empty
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def missing(self, required: tuple[str, ...]) -> list[str]:
+        have = {
+            "gpu": bool(self.gpus),
+            "tmux": self.tmux,
+            "git": self.git,
+            "slurm": self.slurm,
+            "torch": self.torch,
+        }
+        return [name for name in required if not have[name]]
+
+    def render(self) -> str:
+        out = [
+            f"python: {self.python} ({self.python_executable})",
+            f"platform: {self.platform}",
+            f"cpus: {self.cpus_usable} usable of {self.cpus}",
+            f"memory: {_gib(self.memory_gib)}",
+            f"disk_free: {self.disk_free_gib:.1f} GiB of {self.disk_total_gib:.1f} GiB at {self.disk_path}",
+            f"tmux: {self.tmux or 'none (tmux not found)'}",
+            f"git: {self.git or 'none (git not found)'}",
+            f"slurm: {self.slurm or 'none (sbatch not found)'}",
+            f"torch: {self.torch or 'none (not importable)'}",
+        ]
+        if self.torch:
+            out.append(f"torch_cuda: {self.torch_cuda['summary']}")
+        if self.gpus:
+            out.append(f"gpus: {len(self.gpus)} ({self.gpu_note})")
+            for gpu in self.gpus:
+                memory = f"{gpu.memory_mib:.0f} MiB" if gpu.memory_mib is not None else "memory unknown"
+                driver = f", driver {gpu.driver}" if gpu.driver else ""
+                out.append(f"gpu {gpu.index}: {gpu.name}, {memory}{driver}")
+        else:
+            out.append(f"gpus: none ({self.gpu_note})")
+        out += [f"note: {note}" for note in self.notes]
+        return "\n".join(out)
+
+
+def parse_nvidia_smi(text: str) -> list[Gpu]:
+    """Rows of `nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader`."""
+    gpus = []
+    for row in csv.reader(text.splitlines(), skipinitialspace=True):
+        if len(row) < 3:
+            continue
+        name, memory, driver = (cell.strip() for cell in row[:3])
+        gpus.append(
+            Gpu(len(gpus), name, _mib(memory), None if driver.startswith("[") else driver, "nvidia-smi")
+        )
+    return gpus
+
+
+def _mib(text: str) -> float | None:
+    """'81559 MiB' -> 81559.0; '[N/A]' (MIG, some drivers) -> None."""
+    number, _, unit = text.partition(" ")
+    try:
+        value = float(number)
+    except ValueError:
+        return None
+    return value * 1024 if unit.strip().lower() == "gib" else value
+
+
+def query_nvidia_smi() -> tuple[list[Gpu], str]:
+    """The GPUs nvidia-smi lists, and a reason when there are none."""
+    if shutil.which("nvidia-smi") is None:
+        return [], "nvidia-smi not found"
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=COMMAND_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        return [], f"nvidia-smi did not answer within {COMMAND_TIMEOUT:.0f}s"
+    if done.returncode != 0:
+        message = (done.stdout + done.stderr).strip().splitlines()
+        return [], f"nvidia-smi failed: {message[0] if message else f'exit code {done.returncode}'}"
+    gpus = parse_nvidia_smi(done.stdout)
+    return gpus, "nvidia-smi" if gpus else "nvidia-smi lists no GPU"
+
+
+def probe_torch() -> tuple[str | None, dict]:
+    """torch's version and what torch.cuda sees; (None, ...) when torch does not import."""
+    info: dict = {"available": False, "count": 0, "cuda_runtime": None, "devices": []}
+    try:
+        import torch
+    except Exception as err:  # a broken install raises more than ImportError
+        return None, {**info, "summary": f"torch not importable ({type(err).__name__})"}
+    info["cuda_runtime"] = torch.version.cuda
+    if torch.version.cuda is None:
+        info["summary"] = "unavailable (torch built without CUDA)"
+    elif not torch.cuda.is_available():
+        info["summary"] = f"unavailable (CUDA {torch.version.cuda} build, but no usable device or driver)"
+    else:
+        info["available"] = True
+        info["count"] = torch.cuda.device_count()
+        for index in range(info["count"]):
+            props = torch.cuda.get_device_properties(index)
+            info["devices"].append({"name": props.name, "memory_mib": props.total_memory / 2**20})
+        driver_api = getattr(torch._C, "_cuda_getDriverVersion", None)
+        if driver_api is not None:
+            version = driver_api()  # e.g. 12040 -> CUDA driver API 12.4
+            info["driver_api"] = f"{version // 1000}.{version % 1000 // 10}"
+        info["summary"] = f"{info['count']} device(s), CUDA runtime {torch.version.cuda}"
+    return torch.__version__, info
+
+
+def _first_line(command: list[str]) -> str | None:
+    """The first output line of `command --version`-style calls; None when not installed or failing."""
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if done.returncode == 0 and lines else None
+
+
+def _memory_gib() -> float | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _gib(value: float | None) -> str:
+    return f"{value:.1f} GiB" if value is not None else "unknown"
+
+
+def diagnose(path: str | Path = ".") -> Report:
+    """Check this machine for a campaign whose runs write under `path`."""
+    path = Path(path).resolve()
+    disk = shutil.disk_usage(path)
+    smi_gpus, smi_note = query_nvidia_smi()
+    torch_version, torch_cuda = probe_torch()
+    torch_note = "torch not installed" if torch_version is None else "torch.cuda unavailable"
+    if smi_gpus:
+        gpus, gpu_note = smi_gpus, smi_note
+    elif torch_cuda["available"]:
+        driver = torch_cuda.get("driver_api")
+        gpus = [
+            Gpu(i, d["name"], d["memory_mib"], f"CUDA driver API {driver}" if driver else None, "torch")
+            for i, d in enumerate(torch_cuda["devices"])
+        ]
+        gpu_note = f"torch.cuda; {smi_note}"
+    else:
+        gpus, gpu_note = [], f"{smi_note}; {torch_note}"
+    notes = []
+    if smi_gpus and torch_version is not None and not torch_cuda["available"]:
+        notes.append(
+            f"nvidia-smi sees {len(smi_gpus)} GPU(s) but torch.cuda does not: a CPU-only torch build, "
+            "CUDA_VISIBLE_DEVICES hiding them, or a driver older than torch's CUDA"
+        )
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return Report(
+        python=platform.python_version(),
+        python_executable=sys.executable,
+        platform=f"{platform.system()} {platform.release()} {platform.machine()}",
+        cpus=os.cpu_count() or 1,
+        cpus_usable=usable,
+        memory_gib=_memory_gib(),
+        disk_path=str(path),
+        disk_free_gib=disk.free / 2**30,
+        disk_total_gib=disk.total / 2**30,
+        tmux=_first_line(["tmux", "-V"]),
+        git=_first_line(["git", "--version"]),
+        slurm=_first_line(["sbatch", "--version"]),
+        torch=torch_version,
+        torch_cuda=torch_cuda,
+        gpus=gpus,
+        gpu_note=gpu_note,
+        notes=notes,
+    )
+
+
+@click.command("doctor")
+@click.option(
+    "--path",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="where runs will write (its free disk is reported)",
+)
+@click.option(
+    "--require",
+    "required",
+    type=click.Choice(REQUIREMENTS),
+    multiple=True,
+    help="exit 1 unless this is present (repeatable)",
+)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object")
+@click.pass_context
+def cli(ctx: click.Context, path: Path, required: tuple[str, ...], as_json: bool) -> None:
+    """Report what a campaign needs here: GPUs, tmux, git, Slurm, disk, CPUs, Python, torch.
+
+    GPUs are listed from nvidia-smi when present, else from torch.cuda; with neither the
+    report says `gpus: none (...)` and why. Exit code 0, or 1 when a --require is missing.
+
+    \b
+    Examples:
+      ars doctor
+      ars doctor --json
+      ars doctor --require gpu --require tmux    # exit 1 unless both are here
+      ars doctor --path /scratch/runs            # free disk where the logs go
+    """
+    report = diagnose(path)
+    missing = report.missing(required)
+    if as_json:
+        click.echo(json.dumps({**report.to_dict(), "missing": missing}))
+    else:
+        click.echo(report.render())
+        if required:
+            click.echo(f"missing: {', '.join(missing) or 'nothing'}")
+    ctx.exit(EXIT_NEGATIVE if missing else EXIT_OK)
+
+
+def main() -> None:
+    run_cli(cli, prog_name="doctor.py")
+
+
+if __name__ == "__main__":
+    main()
