@@ -233,7 +233,19 @@ def test_truncated_log_is_rescanned_from_the_start(tmp_path):
     assert scanner.found["killed"].line_no == 1
 
 
-def test_progress_bar_redraws_are_read_as_the_final_state(tmp_path):
+def test_progress_bar_redraws_are_scanned_as_they_complete(tmp_path):
+    # karpathy's loop redraws one terminal line per step with \r and never prints a newline.
+    log = tmp_path / "run.log"
+    log.write_text(
+        "\rstep 00001 (0.1%) | loss: 3.218 | dt: 812ms\rstep 00002 (0.2%) | loss: nan | dt: 809ms\rstep 0"
+    )
+    scanner = LogScanner(log)
+    new = scanner.poll()
+    assert [a.kind for a in new] == ["nan_loss"] and new[0].line_no == 1
+    assert new[0].text == "step 00002 (0.2%) | loss: nan | dt: 809ms"
+
+
+def test_line_numbers_count_newlines_not_redraws(tmp_path):
     bar = "".join(f"\r{i}%|###| {i}/100 [00:0{i % 10}<00:10]" for i in range(100))
     log = tmp_path / "run.log"
     log.write_text(bar + "\n" + "step 1 | loss inf\n")

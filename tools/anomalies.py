@@ -240,18 +240,22 @@ class LogScanner:
         new: list[Anomaly] = []
         self.offset += len(data)
         lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        if len(self._partial) > _MAX_PARTIAL:
-            # A progress bar redraws with \r and never ends its line: keep its latest state only.
-            self._partial = self._partial[self._partial.rfind(b"\r") + 1 :][-_MAX_PARTIAL:]
-        if final and self._partial:
-            lines.append(self._partial)
-            self._partial = b""
+        # A progress bar redraws its line with \r (karpathy's loop prints every step that way):
+        # each redraw is an update of its own, complete once the next \r arrives.
+        redraws, _, partial = lines.pop().rpartition(b"\r")
+        self._partial = partial[-_MAX_PARTIAL:]
         for raw in lines:
             self.line_no += 1
-            self._scan_line(raw.decode("utf-8", "replace"), new)
-        if final and self._traceback is not None:
-            self._finish_traceback(f"{TRACEBACK_START} (output ends before the exception line)", new)
+            self._scan_segments(raw, new, self.line_no)
+        if redraws:
+            self._scan_segments(redraws, new, self.line_no + 1)
+        if final:
+            if self._partial:
+                self.line_no += 1
+                self._scan_segments(self._partial, new, self.line_no)
+                self._partial = b""
+            if self._traceback is not None:
+                self._finish_traceback(f"{TRACEBACK_START} (output ends before the exception line)", new)
         return new
 
     def add(self, kind: str, text: str, line_no: int | None = None) -> Anomaly | None:
@@ -273,22 +277,25 @@ class LogScanner:
         self._partial = b""
         self._traceback = None
 
-    def _scan_line(self, line: str, new: list[Anomaly]) -> None:
-        line = line.rstrip("\r")
-        line = line[line.rfind("\r") + 1 :]  # a progress bar's redraws: only the last one is on screen
+    def _scan_segments(self, raw: bytes, new: list[Anomaly], line_no: int) -> None:
+        for segment in raw.split(b"\r"):
+            if segment:
+                self._scan_line(segment.decode("utf-8", "replace"), new, line_no)
+
+    def _scan_line(self, line: str, new: list[Anomaly], line_no: int) -> None:
         if self.first_step is not None and self.first_step_at is None and self.first_step.search(line):
             self.first_step_at = time.time()
-            self.first_step_line = self.line_no
-        self._track_traceback(line, new)
+            self.first_step_line = line_no
+        self._track_traceback(line, new, line_no)
         kind = classify(line)
         if kind is not None:
-            self._note(self.add(kind.name, line, self.line_no), new)
+            self._note(self.add(kind.name, line, line_no), new)
 
-    def _track_traceback(self, line: str, new: list[Anomaly]) -> None:
+    def _track_traceback(self, line: str, new: list[Anomaly], line_no: int) -> None:
         start = line.find(TRACEBACK_START)
         if start >= 0:
             if self._traceback is None:
-                self._traceback = _Traceback(prefix=line[:start], line_no=self.line_no)
+                self._traceback = _Traceback(prefix=line[:start], line_no=line_no)
             return
         state = self._traceback
         if state is None:
@@ -303,7 +310,7 @@ class LogScanner:
             line = line[len(state.prefix) :]
         if not line.strip() or line[0].isspace():
             return  # a frame (`  File ...`), its source line, or the 3.11+ `^^^^` markers
-        self._finish_traceback(line, new, self.line_no)
+        self._finish_traceback(line, new, line_no)
 
     def _finish_traceback(self, exception_line: str, new: list[Anomaly], line_no: int | None = None) -> None:
         state, self._traceback = self._traceback, None
