@@ -16,6 +16,11 @@ COMMANDS = {
     "ledger": "autoresearch_skills.ledger:cli",
     "stop": "autoresearch_skills.stoprule:cli",
     "metric": "autoresearch_skills.metrics:cli",
+    "watch": "autoresearch_skills.monitor:cli",
+    "doctor": "autoresearch_skills.doctor:cli",
+    "campaign": "autoresearch_skills.campaign:cli",
+    "exp": "autoresearch_skills.experiment:cli",
+    "memory": "autoresearch_skills.memory:cli",
 }
 
 
