@@ -287,12 +287,12 @@ def start_cmd(goal: str | None, skills: tuple[str, ...], resume_newest: bool, ro
     if resume_newest:
         session = require(root)
         session.log("session resumed")
-        click.echo(f"session: {session.folder} (resumed)")
+        click.echo(f"session: {session.folder.resolve()} (resumed)")
         return
     if not goal:
         raise BadInput("--goal is required to start a session (or pass --resume)")
     session = create(root, goal, repo=repo, branch=branch, skills=list(skills))
-    click.echo(f"session: {session.folder}")
+    click.echo(f"session: {session.folder.resolve()}")
 
 
 def _repo_and_branch() -> tuple[str, str]:
