@@ -428,6 +428,52 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
     raise SystemExit(0 if facts["should_continue"] else 1)
 
 
+interrupt_option = click.option(
+    "--on-interrupt",
+    type=click.Choice(["wait", "cancel"]),
+    default="wait",
+    show_default=True,
+    help="on Ctrl-C/SIGTERM: let the current run finish, or cancel it; its row is written either way",
+)
+
+
+@cli.command("run")
+@click.argument("campaign_file", type=click.Path(dir_okay=False, path_type=Path))
+@interrupt_option
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per event")
+def run_cmd(campaign_file: Path, on_interrupt: str, as_json: bool) -> None:
+    """Run a campaign unattended: baseline, then proposals until a stop rule is met.
+
+    Creates the campaign on first use (from the file); a second call continues it.
+    Proposals come from the file's `policy:` (queue, grid, random or command).
+
+    \b
+    Examples:
+      ars campaign run campaign.yaml
+      ars campaign run campaign.yaml --on-interrupt cancel --json
+    """
+    from autoresearch_skills import loop
+
+    raise SystemExit(loop.run_campaign(loop.open_campaign(campaign_file), on_interrupt, as_json))
+
+
+@cli.command("resume")
+@click.argument("ref", required=False)
+@interrupt_option
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per event")
+def resume_cmd(ref: str | None, on_interrupt: str, as_json: bool) -> None:
+    """Continue an interrupted or crashed campaign loop (adopts a run still going).
+
+    \b
+    Examples:
+      ars campaign resume
+      ars campaign resume tiny-lm-demo
+    """
+    from autoresearch_skills import loop
+
+    raise SystemExit(loop.resume(ref, on_interrupt, as_json))
+
+
 def main() -> None:
     run_cli(cli, prog_name="campaign.py")
 
