@@ -21,6 +21,7 @@ COMMANDS = {
     "campaign": "autoresearch_skills.campaign:cli",
     "exp": "autoresearch_skills.experiment:cli",
     "memory": "autoresearch_skills.memory:cli",
+    "report": "autoresearch_skills.report:cli",
 }
 
 
