@@ -296,7 +296,7 @@ def export(rows: list[Row], fmt: str) -> str:
 # ---------------------------------------------------------------- command line
 
 
-@click.group("ledger")
+@click.group("ledger", context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """The TSV ledger: one row per attempted experiment, append-only.
 

@@ -425,7 +425,7 @@ def _best_value(rules: StopRules, rows: list) -> float | None:
 # ---------------------------------------------------------------- command line
 
 
-@click.group("stop")
+@click.group("stop", context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Stop rules: parse plain words into explicit values; check them against a ledger.
 
