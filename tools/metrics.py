@@ -1,0 +1,704 @@
+"""Metric extraction: the values a run reported, read from its log, a JSON-lines file or
+TensorBoard event files.
+
+Presets know real output formats (references/metric-presets.md has examples of each):
+  karpathy  the end-of-run block `val_bpb:          0.997900`, and `step 00042 (..) | loss: ...` lines
+  nemo-rl   `• Accuracy: 0.7421` under `Validation Results` (step from `Starting validation at step N`),
+            `• Loss:` / `• Avg Reward:` under `Training Results` (step from `==== Step N/M ====`)
+  verl      `step:N - key:value - ...`, `## Step N` bullet lists, one Python-dict line per validation
+            (alias: agentjet)
+  generic   `key: value` and `key=value`
+or `--pattern REGEX` for anything else.
+
+`last` reads the end of the file in growing windows and stops at the latest match, so its cost
+follows how far from the end the value was printed, not how big the log is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from autoresearch_skills.errors import EXIT_NEGATIVE, BadInput, run_cli
+from autoresearch_skills.sources import LineParser, Sample
+
+__all__ = [
+    "PRESETS",
+    "Sample",
+    "extract",
+    "format_value",
+    "guess_direction",
+    "latest",
+    "resolve_preset",
+    "tail_lines",
+]
+
+MODES = ("last", "best", "series")
+DIRECTIONS = ("min", "max")
+FIRST_WINDOW = 64 * 1024  # `last` starts with the final 64 KiB and widens 4x at a time
+CONTEXT_CAP = 16 * 1024 * 1024  # stop widening for a step header this far back; report step unknown
+LATEST_WINDOW = 256 * 1024  # `latest` (a live status block) looks at this much of the tail
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024  # forward reads of bigger files show progress on a terminal
+
+# A number as Python, numpy and C print it, including nan and inf (a diverged loss is news).
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?)"
+_KEY = r"[A-Za-z_][\w./@-]*"
+_UNIT = r"(?:%|ms|us|s|m|h|x|GB|GiB|MB|MiB)?"
+_END = r"(?![\w:]|\.\d)"  # not the start of 12:30:45, 1.2.3, 250ms or an identifier
+_NP = r"(?:np\.\w+\()?"  # numpy 2 prints np.float64(0.53)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+# --- presets -----------------------------------------------------------------------------
+
+_PAIR = re.compile(rf"(?<![\w./@-])['\"]?({_KEY})['\"]?\s*[:=]\s*{_NP}({NUMBER}){_UNIT}\)?{_END}")
+_STEP_WORD = re.compile(r"\b(?:step|iter|iteration)\s+(\d+)\b", re.IGNORECASE)
+GENERIC_STEP_KEYS = frozenset({"step", "global_step", "steps", "iter", "iteration", "it", "_step"})
+
+
+class GenericParser:
+    """`key: value` and `key=value` anywhere in a line; a `step`-like key (or `step 120`) in the
+    same line gives the step."""
+
+    resolved = True
+
+    def feed(self, line: str) -> list[Sample]:
+        pairs = [(key, float(value)) for key, value in _PAIR.findall(line)]
+        if not pairs:
+            return []
+        step = next((int(v) for k, v in pairs if k.lower() in GENERIC_STEP_KEYS and v.is_integer()), None)
+        if step is None and (word := _STEP_WORD.search(line)):
+            step = int(word.group(1))
+        return [Sample(key, value, step) for key, value in pairs]
+
+
+_KARPATHY_SUMMARY = re.compile(rf"^\s*({_KEY}):\s+({NUMBER})\s*$")
+_KARPATHY_PROGRESS = re.compile(r"^\s*step[\s:]+(\d+)\b(.*)$", re.IGNORECASE)
+_KARPATHY_FIELD = re.compile(
+    rf"^\s*({_KEY})\s*:\s*([-+]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?|{NUMBER})\s*{_UNIT}\s*$"
+)
+
+
+class KarpathyParser:
+    """The end-of-run block (`val_bpb:          0.997900`, one key per line, nothing else on it)
+    and the progress lines `step 00042 (4.2%) | loss: 3.456789 | dt: 312ms | tok/sec: 524,288`.
+    Summary values carry the step of the last progress line before them."""
+
+    resolved = True
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+
+    def feed(self, line: str) -> list[Sample]:
+        progress = _KARPATHY_PROGRESS.match(line)
+        if progress:
+            self.step = int(progress.group(1))
+            samples = []
+            for field in progress.group(2).split("|"):
+                found = _KARPATHY_FIELD.match(field)
+                if found and (value := _number(found.group(2))) is not None:
+                    samples.append(Sample(found.group(1), value, self.step))
+            return samples
+        summary = _KARPATHY_SUMMARY.match(line)
+        if summary:
+            return [Sample(summary.group(1), float(summary.group(2)), self.step)]
+        return []
+
+
+_NEMO_STEP = re.compile(r"={3,}\s*Step\s+(\d+)(?:\s*/\s*\d+)?\s*={3,}")
+_NEMO_VAL_START = re.compile(r"Starting validation at step\s+(\d+)")
+_NEMO_BULLET = re.compile(rf"^\s*[•*-]\s+([^:]+?)\s*:\s*({NUMBER})")
+_NEMO_HEADER = re.compile(r"([A-Za-z][A-Za-z ]*?)\s*:\s*$")
+NEMO_SECTIONS = {
+    "validation results": "validation",
+    "training results": "train",
+    "validation timing": "timing/validation",
+    "timing": "timing/train",
+}
+# Bullet labels whose TensorBoard tag is not simply the label in snake_case.
+NEMO_LABELS = {
+    "avg reward": "reward",
+    "average response length": "avg_length",
+    "generation kl error": "gen_kl_error",
+}
+
+
+class NemoRLParser:
+    """NeMo-RL's console summary: bullets (`• Accuracy: 0.7421`) under section headers
+    (`📊 Validation Results:`), named like its TensorBoard tags (`validation/accuracy`,
+    `train/reward`, `timing/train/total_step_time`). Validation bullets take their step from the
+    preceding `Starting validation at step N`, the others from `==== Step N/M ====`."""
+
+    def __init__(self) -> None:
+        self.resolved = True
+        self.seen_header = False
+        self.section: str | None = None
+        self.step: int | None = None
+        self.val_step: int | None = None
+
+    def feed(self, line: str) -> list[Sample]:
+        self.resolved = True
+        bullet = _NEMO_BULLET.match(line)
+        if bullet is None:
+            self._context(line)
+            return []
+        if not self.seen_header:
+            self.resolved = False  # reading began inside a section: which one is unknown
+            return []
+        if self.section is None:
+            return []
+        step = self.val_step if self.section.endswith("validation") else self.step
+        self.resolved = step is not None
+        label = bullet.group(1).strip().lower()
+        key = NEMO_LABELS.get(label) or re.sub(r"[^a-z0-9]+", "_", label).strip("_")
+        return [Sample(f"{self.section}/{key}", float(bullet.group(2)), step)]
+
+    def _context(self, line: str) -> None:
+        if found := _NEMO_STEP.search(line):
+            self.step, self.section, self.seen_header = int(found.group(1)), None, True
+        elif found := _NEMO_VAL_START.search(line):
+            self.val_step, self.section, self.seen_header = int(found.group(1)), None, True
+        elif line.rstrip().endswith(":"):
+            header = _NEMO_HEADER.search(line)
+            self.section = NEMO_SECTIONS.get(header.group(1).lower()) if header else None
+            self.seen_header = True
+
+
+_VERL_CONSOLE = re.compile(r"\bstep:(\d+)\s+-\s+(.*)$")
+_VERL_VALUE = re.compile(rf"^\s*{_NP}({NUMBER})\)?\s*$")
+_VERL_MD_STEP = re.compile(r"^\s*#+\s*Step\s+(\d+)\s*$", re.IGNORECASE)
+_VERL_MD_BULLET = re.compile(rf"^\s*[-*]\s+([^:]+?)\s*:\s*({NUMBER})\s*%?\s*$")
+_VERL_DICT = re.compile(r"\{'.*\}\s*$")  # a whole dict on one line, not a piece of a pprint'ed config
+_VERL_DICT_PAIR = re.compile(rf"'([^']+)'\s*:\s*{_NP}({NUMBER})\)?(?=\s*[,}}])")
+_VERL_EVAL = re.compile(r"\[EVAL @ step (\d+)\]")
+_VERL_EQ_PAIR = re.compile(rf"(?<!\S)([^\s=]+)=({NUMBER})%?(?!\S)")
+VERL_STEP_KEYS = ("global_steps", "global_step", "training/global_step", "step")
+
+
+class VerlParser:
+    """verl's console lines `step:12 - actor/kl_loss:0.0015 - critic/score/mean:0.53` (Ray's
+    `(TaskRunner pid=..)` prefix allowed), AgentJet's validation markdown (`## Step 20` then
+    `- task_pass_rate@1: 96.49%` bullets, percentages kept as printed), a Python-dict line per
+    validation (`{'global_steps': 20, 'mean_reward': np.float64(0.53)}`) and AgentJet's
+    `[EVAL @ step 20] ... mean_reward=0.5378 task_pass_rate@1=96.49%` summary."""
+
+    def __init__(self) -> None:
+        self.resolved = True
+        self.md_step: int | None = None
+
+    def feed(self, line: str) -> list[Sample]:
+        self.resolved = True
+        if console := _VERL_CONSOLE.search(line):
+            step = int(console.group(1))
+            samples = []
+            for field in console.group(2).split(" - "):
+                key, _, raw = field.rpartition(":")
+                value = _VERL_VALUE.match(raw)
+                if key.strip() and value:
+                    samples.append(Sample(key.strip(), float(value.group(1)), step))
+            return samples
+        if heading := _VERL_MD_STEP.match(line):
+            self.md_step = int(heading.group(1))
+            return []
+        if bullet := _VERL_MD_BULLET.match(line):
+            if self.md_step is None:
+                self.resolved = False  # a bullet list whose `## Step` heading lies before the reading
+                return []
+            return [Sample(bullet.group(1).strip(), float(bullet.group(2)), self.md_step)]
+        whole = _VERL_DICT.search(line)
+        if whole and whole.group().count("{") == whole.group().count("}"):
+            pairs = {key: float(value) for key, value in _VERL_DICT_PAIR.findall(whole.group())}
+            step = next((int(pairs[k]) for k in VERL_STEP_KEYS if k in pairs and pairs[k].is_integer()), None)
+            return [Sample(key, value, step) for key, value in pairs.items()]
+        if evaluation := _VERL_EVAL.search(line):
+            step = int(evaluation.group(1))
+            return [Sample(k, float(v), step) for k, v in _VERL_EQ_PAIR.findall(line[evaluation.end() :])]
+        return []
+
+
+class PatternParser:
+    """`--pattern`: the value from the only capture group or the one named `value`; the step
+    from a group named `step` when there is one."""
+
+    resolved = True
+
+    def __init__(self, regex: re.Pattern[str], name: str) -> None:
+        self.regex, self.name = regex, name
+        self.group: int | str = "value" if "value" in regex.groupindex else 1
+        self.has_step = "step" in regex.groupindex
+
+    def feed(self, line: str) -> list[Sample]:
+        samples = []
+        for found in self.regex.finditer(line):
+            value = _number(found.group(self.group) or "")
+            if value is None:
+                continue
+            step_text = found.group("step") if self.has_step else None
+            step = int(step_text) if step_text and step_text.isdigit() else None
+            samples.append(Sample(self.name, value, step))
+        return samples
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    parser: Callable[[], LineParser]
+    default_metric: str | None
+    reads: str  # one line for help and errors
+
+
+PRESETS: dict[str, Preset] = {
+    "karpathy": Preset(
+        "karpathy",
+        KarpathyParser,
+        "val_bpb",
+        "end-of-run block `val_bpb:   0.997900`; `step N | loss: ..` lines",
+    ),
+    "nemo-rl": Preset(
+        "nemo-rl",
+        NemoRLParser,
+        "validation/accuracy",
+        "`• Accuracy:` under `Validation Results`; `• Loss:`, `• Avg Reward:` under `Training Results`",
+    ),
+    "verl": Preset(
+        "verl", VerlParser, None, "`step:N - key:value - ..`; `## Step N` + `- key: value`; dict lines"
+    ),
+    "generic": Preset("generic", GenericParser, None, "`key: value` and `key=value`"),
+}
+PRESET_ALIASES = {"agentjet": "verl", "ajet": "verl", "nemorl": "nemo-rl"}
+
+
+def resolve_preset(name: str) -> Preset:
+    """The preset called `name` (case and `_`/`-` ignored; `agentjet` is `verl`). BadInput if unknown."""
+    key = name.strip().lower().replace("_", "-")
+    key = PRESET_ALIASES.get(key, key)
+    if key not in PRESETS:
+        known = ", ".join(["karpathy", "nemo-rl", "verl (agentjet)", "generic"])
+        raise BadInput(f"unknown preset {name!r}: use one of {known}, or --pattern REGEX for other formats")
+    return PRESETS[key]
+
+
+def guess_direction(name: str) -> str:
+    """ "min" or "max" from the metric's name: losses, bits per byte, errors and times go down;
+    accuracy, reward, score, pass rates and throughput go up. Unknown names: "min"."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    if any(w in _LOWER_IS_BETTER for w in words):
+        return "min"
+    if any(w in _HIGHER_IS_BETTER or w.startswith(("acc", "pass")) for w in words):
+        return "max"
+    return "min"
+
+
+_LOWER_IS_BETTER = frozenset(
+    {"loss", "bpb", "bpc", "ppl", "perplexity", "error", "err", "wer", "cer", "nll", "mse", "mae", "rmse", "kl",
+     "time", "latency", "dt", "seconds", "vram", "mb", "gb"}
+)  # fmt: skip
+_HIGHER_IS_BETTER = frozenset(
+    {"reward", "rewards", "score", "f1", "precision", "recall", "auc", "bleu", "rouge", "success", "win", "mfu",
+     "throughput", "tok", "tokens", "map", "iou"}
+)  # fmt: skip
+
+
+def format_value(value: float) -> str:
+    """As the ledger writes it: six decimals (`0.997900`), whole numbers bare (`953`), very small or
+    large ones in short scientific form (`1.5e-07`), and `nan` / `inf` as such."""
+    if not math.isfinite(value):
+        return str(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    if 1e-4 <= abs(value) < 1e9:
+        return f"{value:.6f}"
+    return f"{value:.6g}"
+
+
+# --- sources -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Source:
+    path: Path
+    kind: str  # "log", "jsonl" or "tensorboard"
+    make_parser: Callable[[], LineParser] | None
+    gzip: bool
+
+
+def _open_source(path: str | Path, preset: Preset, pattern: str | None, name: str | None) -> _Source:
+    from autoresearch_skills.sources import jsonl, logs, tensorboard
+
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"{path}: no such file or directory: check the run's log path")
+    if path.is_dir() or tensorboard.is_event_file(path):
+        if pattern is not None:
+            raise BadInput(f"{path}: --pattern reads text logs, and this is TensorBoard event data")
+        if path.is_dir() and not tensorboard.event_files(path):
+            raise BadInput(f"{path} is a directory without TensorBoard event files (events.out.tfevents.*)")
+        return _Source(path, "tensorboard", None, False)
+    if pattern is not None:
+        regex = _compile_pattern(pattern)
+        return _Source(path, "log", lambda: PatternParser(regex, name or "value"), logs.is_gzip(path))
+    if jsonl.is_jsonl(path):
+        return _Source(path, "jsonl", jsonl.JsonlParser, logs.is_gzip(path))
+    return _Source(path, "log", preset.parser, logs.is_gzip(path))
+
+
+def _compile_pattern(pattern: str) -> re.Pattern[str]:
+    try:
+        regex = re.compile(pattern)
+    except re.error as err:
+        raise BadInput(f"--pattern {pattern!r} is not a valid regular expression: {err}") from None
+    if "value" in regex.groupindex or regex.groups == 1:
+        return regex
+    if regex.groups == 0:
+        raise BadInput(
+            f"--pattern {pattern!r} has no capture group: put one around the value, e.g. 'loss=([0-9.]+)'"
+        )
+    raise BadInput(
+        f"--pattern {pattern!r} has {regex.groups} capture groups: name the value's (?P<value>...) "
+        "or make the others non-capturing (?:...)"
+    )
+
+
+Record = tuple[list[Sample], bool]  # the samples of one line, and whether their context was known
+
+
+def _scan_tail(source: _Source, size: int) -> tuple[list[Record], bool]:
+    """Records of the last `size` bytes and whether that reached the start of the file.
+    gzip and TensorBoard cannot be read backwards: they are read whole."""
+    from autoresearch_skills.sources import logs
+
+    if source.kind == "tensorboard":
+        return [([sample], True) for sample in _tensorboard(source.path)], True
+    if source.gzip:
+        lines, at_start = logs.iter_lines(source.path), True
+    else:
+        lines, at_start = logs.tail_window(source.path, size)
+    return _parse(source, lines), at_start
+
+
+def _scan_all(
+    source: _Source, on_progress: Callable[[int, int], None] | None = None
+) -> Iterator[list[Sample]]:
+    from autoresearch_skills.sources import logs
+
+    if source.kind == "tensorboard":
+        for sample in _tensorboard(source.path):
+            yield [sample]
+        return
+    for samples, _ in _parse_iter(source, logs.iter_lines(source.path, on_progress)):
+        yield samples
+
+
+def _parse(source: _Source, lines) -> list[Record]:
+    return list(_parse_iter(source, lines))
+
+
+def _parse_iter(source: _Source, lines) -> Iterator[Record]:
+    assert source.make_parser is not None
+    parser = source.make_parser()
+    for line in lines:
+        samples = parser.feed(line)
+        if samples:
+            yield samples, parser.resolved
+
+
+def _tensorboard(path: Path) -> list[Sample]:
+    from autoresearch_skills.sources import tensorboard
+
+    return tensorboard.read_scalars(path)
+
+
+def _matcher(metric: str) -> Callable[[str], bool]:
+    """`accuracy` finds `validation/accuracy`: a name matches exactly, ignoring case, or as its
+    last `/`-separated part(s)."""
+    wanted = metric.lower()
+    suffix = "/" + wanted
+    return lambda name: name == metric or name.lower() == wanted or name.lower().endswith(suffix)
+
+
+# --- the API -----------------------------------------------------------------------------
+
+
+def extract(
+    path: str | Path,
+    preset: str = "generic",
+    metric: str | None = None,
+    pattern: str | None = None,
+    mode: str = "last",
+    direction: str | None = None,
+    *,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[Sample]:
+    """Values of `metric` in the log, JSON-lines file or TensorBoard file/directory at `path`.
+
+    `metric` defaults to the preset's own (karpathy: val_bpb, nemo-rl: validation/accuracy).
+    mode `last`: the latest value, one Sample (without any metric: every value of the latest
+    record, i.e. the latest step, or the latest line when steps are unknown); `best`: the best
+    finite value by `direction` (None: guessed from the name), one Sample; `series`: every
+    value in file order. An empty list means no match. Raises BadInput for a missing file,
+    unknown preset, mode or direction, and a bad pattern.
+    """
+    chosen = resolve_preset(preset)
+    if mode not in MODES:
+        raise BadInput(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+    if direction is not None and direction not in DIRECTIONS:
+        raise BadInput(f"unknown direction {direction!r}: use min or max")
+    name = metric or chosen.default_metric
+    source = _open_source(path, chosen, pattern, name)
+    if pattern is not None:
+        name = name or "value"
+    wanted = _matcher(name) if name else None
+
+    if mode == "last":
+        return _last_match(source, wanted) if wanted else _last_record(source)
+    if mode == "series":
+        return [
+            s
+            for samples in _scan_all(source, on_progress)
+            for s in samples
+            if wanted is None or wanted(s.name)
+        ]
+    if wanted is None:
+        raise BadInput(f"--mode best needs --metric: preset {chosen.name} has no default metric")
+    better = operator.lt if (direction or guess_direction(name or "")) == "min" else operator.gt
+    candidates = (s for samples in _scan_all(source, on_progress) for s in samples if wanted(s.name))
+    best: Sample | None = None
+    for sample in candidates:
+        # Strictly better only: on a tie the earlier step stays best. NaN and inf never win.
+        if math.isfinite(sample.value) and (best is None or better(sample.value, best.value)):
+            best = sample
+    return [best] if best else []
+
+
+def _last_match(source: _Source, wanted: Callable[[str], bool]) -> list[Sample]:
+    size = FIRST_WINDOW
+    while True:
+        records, at_start = _scan_tail(source, size)
+        hits = [(s, resolved) for samples, resolved in records for s in samples if wanted(s.name)]
+        if hits:
+            sample, resolved = hits[-1]
+            if resolved or at_start or size >= CONTEXT_CAP:
+                return [sample]
+        elif at_start:
+            return []
+        size *= 4
+
+
+def _last_record(source: _Source) -> list[Sample]:
+    size = FIRST_WINDOW
+    while True:
+        records, at_start = _scan_tail(source, size)
+        if records:
+            final, resolved = records[-1]
+            step = final[-1].step
+            settled = at_start or size >= CONTEXT_CAP
+            if step is None and (resolved or settled):
+                return final
+            # The record may have begun before the window unless an earlier step shows in it.
+            if step is not None and (settled or (resolved and records[0][0][0].step != step)):
+                same: dict[str, Sample] = {}
+                for samples, _ in records:
+                    for sample in samples:
+                        if sample.step == step:
+                            same[sample.name] = sample
+                return list(same.values())
+        elif at_start:
+            return []
+        size *= 4
+
+
+def latest(path: str | Path, preset: str = "generic") -> dict[str, Sample]:
+    """The latest value of every name the preset finds near the end of the log (its last
+    256 KiB; gzip and TensorBoard whole), for a live status block. Cheap on any log size."""
+    source = _open_source(path, resolve_preset(preset), None, None)
+    records, _ = _scan_tail(source, LATEST_WINDOW)
+    found: dict[str, Sample] = {}
+    for samples, _ in records:
+        for sample in samples:
+            found[sample.name] = sample
+    return found
+
+
+def tail_lines(path: str | Path, n: int = 20) -> list[str]:
+    """The last `n` lines of a text log as a terminal shows them (see sources/logs.py); reads
+    backwards, so it is cheap on any log size. TensorBoard data has no lines: []."""
+    from autoresearch_skills.sources import logs, tensorboard
+
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"{path}: no such file or directory: check the run's log path")
+    if path.is_dir() or tensorboard.is_event_file(path):
+        return []
+    return logs.tail_lines(path, n)
+
+
+# --- the command -------------------------------------------------------------------------
+
+
+@click.group("metric", context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Read metric values from training logs, JSON-lines files and TensorBoard event files.
+
+    \b
+    Examples:
+      ars metric extract run.log --preset karpathy
+      ars metric extract run.log --preset nemo-rl --mode best
+      ars metric extract val_results.md --preset agentjet --metric task_pass_rate@1
+    """
+
+
+@cli.command("extract")
+@click.argument("log", type=click.Path(path_type=Path))
+@click.option(
+    "-p",
+    "--preset",
+    default="generic",
+    show_default=True,
+    help="karpathy, nemo-rl, verl (agentjet) or generic",
+)
+@click.option("-m", "--metric", default=None, help="the key to read [default: the preset's, e.g. val_bpb]")
+@click.option(
+    "--pattern",
+    default=None,
+    help="a regex for other formats: one capture group, or (?P<value>..) and (?P<step>..)",
+)
+@click.option("--mode", default="last", show_default=True, help="last, best (by --direction) or series")
+@click.option(
+    "-d", "--direction", default=None, help="min or max, for --mode best [default: guessed from the name]"
+)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV rows: name,step,value")
+def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as_csv) -> None:
+    """Print a metric from LOG: a text log (plain or .gz), a .jsonl file, a TensorBoard event
+    file or a directory holding them.
+
+    `last` reads backwards from the end and stops at the latest value; `best` and `series`
+    read the whole file. Exit 0: found; 1: not found (the log's last 20 lines go to stderr,
+    to show why: a crash, an OOM, the wrong preset); 2: bad input.
+
+    \b
+    Examples:
+      ars metric extract run.log --preset karpathy
+      ars metric extract run.log --preset karpathy --metric peak_vram_mb
+      ars metric extract nemo.log --preset nemo-rl --mode series --csv
+      ars metric extract logs/tb/ --metric train/reward --mode best --direction max
+      ars metric extract train.log --metric loss --mode series --json
+      ars metric extract out.log --pattern 'eval acc (\\d+\\.\\d+)' --metric acc
+      ars metric extract metrics.jsonl --metric val_bpb --mode best
+    """
+    if as_json and as_csv:
+        raise BadInput("choose one of --json and --csv")
+    progress = _terminal_progress(log) if mode != "last" else None
+    samples = extract(log, preset, metric, pattern, mode, direction, on_progress=progress)
+    if progress is not None:
+        click.echo("\r\033[K", nl=False, err=True)
+    chosen = resolve_preset(preset)
+    name = metric or (None if pattern else chosen.default_metric) or ("value" if pattern else None)
+    if not samples:
+        _explain_no_match(log, chosen, name, mode)
+        sys.exit(EXIT_NEGATIVE)
+    guessed = direction or (guess_direction(name) if name else None)
+    if as_json:
+        click.echo(json.dumps(_as_json(log, chosen, name, mode, guessed, samples), indent=2))
+    elif as_csv:
+        click.echo("name,step,value")
+        for s in samples:
+            click.echo(f"{_csv_field(s.name)},{'' if s.step is None else s.step},{s.value!r}")
+    elif mode == "series":
+        _print_series(samples)
+    else:
+        for s in samples:
+            click.echo(f"{s.name}: {format_value(s.value)}")
+        step = samples[-1].step
+        click.echo(f"step: {'unknown' if step is None else step}")
+        if mode == "best":
+            click.echo(
+                f"direction: {guessed}{'' if direction else ' (guessed from the name; set --direction)'}"
+            )
+
+
+def _as_json(log: Path, preset: Preset, name, mode, direction, samples: list[Sample]) -> dict:
+    out = {"path": str(log), "preset": preset.name, "metric": name, "mode": mode}
+    if mode == "best":
+        out["direction"] = direction
+    out["samples"] = [{"name": s.name, "value": _json_number(s.value), "step": s.step} for s in samples]
+    return out
+
+
+def _json_number(value: float) -> float | str:
+    """JSON has no NaN or Infinity: a diverged loss is reported as the string "nan"."""
+    return value if math.isfinite(value) else str(value)
+
+
+def _csv_field(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n') else text
+
+
+def _print_series(samples: list[Sample]) -> None:
+    rows = [("step", "name", "value")]
+    rows += [("-" if s.step is None else str(s.step), s.name, format_value(s.value)) for s in samples]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    for step, name, value in rows:
+        click.echo(f"{step.ljust(widths[0])}  {name.ljust(widths[1])}  {value}")
+
+
+def _explain_no_match(log: Path, preset: Preset, name: str | None, mode: str) -> None:
+    what = name or "any metric"
+    click.echo(f"metric: no {what} in {log} (preset {preset.name}, mode {mode})", err=True)
+    from autoresearch_skills.sources import tensorboard
+
+    if log.is_dir() or tensorboard.is_event_file(log):
+        tags = sorted({s.name for s in _tensorboard(log)})
+        click.echo(f"tags present: {_listing(tags)}", err=True)
+        return
+    names = list(latest(log, preset.name))
+    if names:
+        click.echo(f"names near the end ({preset.name}): {_listing(names)}", err=True)
+    lines = tail_lines(log, 20)
+    click.echo(f"last {len(lines)} lines of {log}:", err=True)
+    for line in lines:
+        click.echo(f"  {line}", err=True)
+
+
+def _listing(names: list[str], limit: int = 20) -> str:
+    if not names:
+        return "none"
+    more = f" ... ({len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _terminal_progress(log: Path) -> Callable[[int, int], None] | None:
+    """A percentage on stderr while a big file is read forwards, when a person is watching."""
+    try:
+        big = log.is_file() and log.stat().st_size >= PROGRESS_MIN_BYTES
+    except OSError:
+        return None
+    if not big or not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        click.echo(f"\rreading {log.name}: {100 * done // max(total, 1)}%", nl=False, err=True)
+
+    return show
+
+
+def main() -> None:
+    run_cli(cli, prog_name="metrics.py")
+
+
+if __name__ == "__main__":
+    main()

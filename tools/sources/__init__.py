@@ -1,0 +1,29 @@
+"""Where metric values come from: text logs (read backwards in blocks), JSON lines, TensorBoard.
+
+Each reader hands back `Sample`s; `metrics.py` decides which ones answer the question asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value of one metric, at a training step when the source says which."""
+
+    name: str
+    value: float
+    step: int | None = None
+
+
+class LineParser(Protocol):
+    """Reads logical lines in file order and keeps whatever state a format needs
+    (the current section, the last step header) between them."""
+
+    resolved: bool
+    """False when the samples of the last `feed` lack context that comes from an earlier line
+    (a step header), i.e. the reading began after that line."""
+
+    def feed(self, line: str) -> list[Sample]: ...
