@@ -216,7 +216,7 @@ def test_max_wait_returns_3_with_the_run_still_going(start):
 def test_json_block_is_one_line_with_a_stable_shape(start, capsys):
     from autoresearch_skills.monitor import _json_emit
 
-    proc = start("print('step 1 | loss inf'); print('val_bpb: 0.99')")
+    proc = start("print('step 1 | loss: inf'); print('val_bpb: 0.99')")
     watch(
         proc.log,
         proc.status,
@@ -248,7 +248,9 @@ def test_json_block_is_one_line_with_a_stable_shape(start, capsys):
         "count",
         "first_seen",
     }
-    assert final["tail"] == ["step 1 | loss inf", "val_bpb: 0.99"]
+    assert final["tail"] == ["step 1 | loss: inf", "val_bpb: 0.99"]
+    assert final["metrics"]["val_bpb"]["value"] == 0.99
+    assert final["metrics"]["loss"]["value"] == "inf"  # JSON has no Infinity
 
 
 def test_json_has_no_bare_nan():
@@ -299,6 +301,7 @@ def test_exit_codes(state, verdict, code):
         (["--stall", "ten minutes"], "--stall"),
         (["--first-step-pattern", "actor/(kl"], "--first-step-pattern"),
         (["--first-step-timeout", "0"], "--first-step-timeout"),
+        (["--preset", "megatron"], "unknown preset"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(flags, message):

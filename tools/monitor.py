@@ -33,6 +33,7 @@ DEFAULT_STALL = 600.0  # no new log bytes for this long while running: the "stal
 DEFAULT_FIRST_STEP_TIMEOUT = 1200.0  # AgentJet's default: 20 min for the first training step
 DEFAULT_POLL = 1.0  # end-of-run and anomaly checks; cheap (one stat, a few new bytes)
 DEFAULT_TAIL = 15
+SHOWN_METRICS = 12  # a verl step line holds dozens of keys; a human block shows the first few
 EXIT_STILL_RUNNING = 3  # --for elapsed and the run is still going: call `ars watch` again
 
 VERDICT_EXIT = {
@@ -54,7 +55,7 @@ class WatchOptions:
     first_step_pattern: str | None = None  # regex; None: no first-step check
     first_step_timeout: float = DEFAULT_FIRST_STEP_TIMEOUT
     enforce: bool = False  # cancel the run on first-step timeout
-    preset: str | None = None  # metric preset for the latest values; None: no metrics
+    preset: str | None = "generic"  # metric preset for the latest values; None: no metrics
     tail: int = DEFAULT_TAIL
     poll: float = DEFAULT_POLL
     max_wait: float | None = None  # return (exit 3) after this long if the run is still going
@@ -102,9 +103,14 @@ class Block:
             out.append(f"first_step: {_first_step_text(self.first_step)}")
         if self.metrics_error:
             out.append(f"metrics: unavailable ({self.metrics_error})")
-        for name, sample in self.metrics.items():
-            step = f" (step {sample['step']})" if sample.get("step") is not None else ""
-            out.append(f"metric {name}: {sample['value']}{step}")
+        if self.metrics:
+            from autoresearch_skills.metrics import format_value
+
+            for name, sample in list(self.metrics.items())[:SHOWN_METRICS]:
+                step = f" (step {sample['step']})" if sample["step"] is not None else ""
+                out.append(f"metric {name}: {format_value(sample['value'])}{step}")
+        if len(self.metrics) > SHOWN_METRICS:
+            out.append(f"metrics: {len(self.metrics) - SHOWN_METRICS} more in --json")
         out.append(f"anomalies: {len(self.anomalies) or 'none'}")
         for anomaly in self.anomalies:
             where = f"line {anomaly['line_no']}" if anomaly["line_no"] is not None else "run"
@@ -365,6 +371,10 @@ def options_from_flags(
         steps = parse_schedule(schedule)
     except ValueError:
         raise BadInput(f"--schedule {schedule!r} is not a list of durations: try 30s,1m,2m,4m") from None
+    if preset is not None:
+        from autoresearch_skills.metrics import resolve_preset
+
+        resolve_preset(preset)  # BadInput naming the known presets
     if first_step_pattern is not None:
         try:
             re.compile(first_step_pattern)
@@ -389,7 +399,11 @@ def options_from_flags(
 @click.command("watch")
 @click.argument("run_ref", metavar="RUN")
 @click.option(
-    "-p", "--preset", default=None, help="metric preset for the latest values (e.g. karpathy, verl)"
+    "-p",
+    "--preset",
+    default="generic",
+    show_default=True,
+    help="metric preset: karpathy, nemo-rl, verl, generic",
 )
 @click.option("--schedule", default="30s,1m,2m,4m,8m,16m", show_default=True, help="waits between blocks")
 @click.option(
