@@ -1,0 +1,249 @@
+"""The experiment lifecycle end to end, on real temporary git repositories and real runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoresearch_skills import ledger
+
+TRAIN = """\
+import sys, time
+LR = 0.01               # learning rate
+SLEEP = 0.0             # seconds to pretend to train
+FAIL = 0                # exit code to fail with
+time.sleep(SLEEP)
+if FAIL:
+    print("Traceback (most recent call last):\\nRuntimeError: boom", flush=True)
+    sys.exit(FAIL)
+print("step 1 | loss 1.0")
+print("---")
+print(f"val_bpb:          {abs(LR - 0.03) * 10 + 1:.6f}")
+print("peak_vram_mb:     2048.0")
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def ars(cwd: Path, *args: str, code: int | None = 0) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "-m", "autoresearch_skills.cli", *args], cwd=cwd, capture_output=True, text=True
+    )
+    if code is not None:
+        assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def set_constant(repo: Path, name: str, value: str, file: str = "train.py") -> None:
+    path = repo / file
+    lines = [
+        f"{name} = {value}" if line.startswith(f"{name} = ") else line
+        for line in path.read_text().splitlines()
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "train.py").write_text(TRAIN)
+    (root / "prepare.py").write_text("DATA = 'frozen'\n")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "initial")
+    return root
+
+
+def init_campaign(repo: Path, *extra: str, stop: str = "4 experiments or 1h total, 1m each") -> None:
+    ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
+        "--command", f"{sys.executable} train.py", "--stop", stop, "--prefix", "autoresearch/t-demo", *extra)  # fmt: skip
+
+
+def experiment(
+    repo: Path, slug: str, lr: str, parent: str = "best", workdir: Path | None = None
+) -> subprocess.CompletedProcess:
+    out = ars(repo, "exp", "start", slug, "-m", f"LR -> {lr}", "--parent", parent).stdout
+    workdir = Path(out.split("workdir: ")[1].splitlines()[0])
+    set_constant(workdir, "LR", lr)
+    return ars(repo, "exp", "run")
+
+
+def rows(repo: Path) -> list[ledger.Row]:
+    return ledger.read(repo / "reports/auto_research/demo/results.tsv")
+
+
+def test_baseline_and_three_experiments_give_four_rows_branches_and_verdict(repo: Path):
+    init_campaign(repo)
+    first = ars(repo, "exp", "baseline")
+    assert "val_bpb: 1.200000" in first.stdout and "status: keep" in first.stdout
+    assert "stop condition not yet met: 1/4 attempted" in first.stdout
+    experiment(repo, "closer-lr", "0.02")  # 1.1: keep
+    experiment(repo, "far-lr", "0.09", parent="baseline")  # 1.6: discard
+    last = experiment(repo, "exact-lr", "0.03")  # 1.0: keep, from best (closer-lr)
+    assert last.stdout.strip().splitlines()[-1] == "stop condition met: 4/4 attempted"
+
+    table = rows(repo)
+    assert [(r.index, r.status) for r in table] == [(0, "keep"), (1, "keep"), (2, "discard"), (3, "keep")]
+    assert [r.metric_value for r in table] == [1.2, 1.1, 1.6, 1.0]
+    assert all(r.memory_gb == 2.0 and r.job_id != "none" and Path(r.log_path).exists() for r in table)
+    branches = git(repo, "branch", "--list", "autoresearch/t-demo/*", "--format=%(refname:short)").split()
+    assert sorted(branches) == sorted(
+        f"autoresearch/t-demo/{s}" for s in ("baseline", "closer-lr", "far-lr", "exact-lr")
+    )
+    base, closer, far, exact = table
+    assert git(repo, "log", "-1", "--format=%s", base.commit) == "baseline: record starting point"
+    assert base.commit == git(repo, "rev-parse", "autoresearch/t-demo/baseline")
+    assert closer.parent_commit == base.commit and far.parent_commit == base.commit
+    assert exact.parent_commit == closer.commit  # parent "best"
+    for row in (closer, far, exact):
+        assert row.commit == git(repo, "rev-parse", row.branch)
+        assert git(repo, "show", "--name-only", "--format=", row.commit) == "train.py"
+        assert git(repo, "log", "-1", "--format=%s", row.commit) == row.description
+    status = ars(repo, "campaign", "status", code=1).stdout
+    assert "best: #3 keep val_bpb 1.000000 on autoresearch/t-demo/exact-lr" in status
+
+
+def test_refuses_experiments_before_baseline_and_runs_past_the_rules(repo: Path):
+    init_campaign(repo, stop="2 experiments")
+    refused = ars(repo, "exp", "start", "x", "-m", "too early", code=2)
+    assert "run `ars exp baseline` first" in refused.stderr
+    ars(repo, "exp", "baseline")
+    experiment(repo, "second", "0.02")
+    ars(repo, "exp", "start", "third", "-m", "over budget")
+    set_constant(repo, "LR", "0.025")
+    stopped = ars(repo, "exp", "run", code=1)
+    assert "stop condition met: 2/2 attempted" in stopped.stderr
+    assert len(rows(repo)) == 2
+
+
+def test_dirty_tree_is_left_byte_for_byte_intact(repo: Path):
+    (repo / "train.py").write_text(
+        TRAIN + "# my own unfinished idea\n"
+    )  # modified, in the path experiments edit
+    (repo / "prepare.py").write_text("DATA = 'mine'\n")
+    git(repo, "add", "prepare.py")  # staged
+    (repo / "notes.md").write_text("untracked notes\n")
+    before = {p: (repo / p).read_bytes() for p in ("train.py", "prepare.py", "notes.md")}
+    index_before = git(repo, "diff", "--cached")
+    head_before = git(repo, "rev-parse", "HEAD")
+
+    init_campaign(repo)
+    init_out = ars(repo, "campaign", "status").stdout
+    assert "demo" in init_out
+    ars(repo, "exp", "baseline")
+    experiment(repo, "closer-lr", "0.02")
+
+    assert {p: (repo / p).read_bytes() for p in before} == before
+    assert git(repo, "diff", "--cached") == index_before
+    assert git(repo, "rev-parse", "HEAD") == head_before and git(repo, "branch", "--show-current") == "main"
+    table = rows(repo)
+    assert [r.metric_value for r in table] == [1.2, 1.1]  # measured the commits, not the user's edits
+    worktree = repo / "reports/auto_research/demo/worktree"
+    assert git(worktree, "branch", "--show-current") == "autoresearch/t-demo/closer-lr"
+    assert "my own unfinished idea" not in git(repo, "show", f"{table[1].commit}:train.py")
+
+
+def test_ratchet_writes_the_row_before_moving_the_branch_back(repo: Path):
+    init_campaign(repo, "--strategy", "ratchet")
+    ars(repo, "exp", "baseline")
+    experiment(repo, "closer", "0.02")  # keep: the ratchet advances
+    kept_tip = git(repo, "rev-parse", "autoresearch/t-demo/ratchet")
+    (repo / "scratch.txt").write_text("user file outside the experiment\n")
+    experiment(repo, "worse", "0.2")  # discard: the ratchet goes back to kept_tip
+    discarded = rows(repo)[-1]
+    assert discarded.status == "discard" and discarded.parent_commit == kept_tip
+    assert git(repo, "rev-parse", "autoresearch/t-demo/ratchet") == kept_tip
+    assert git(repo, "cat-file", "-t", discarded.commit) == "commit"  # the row still names it
+    assert "LR = 0.02" in (repo / "train.py").read_text()
+    assert (repo / "scratch.txt").read_text() == "user file outside the experiment\n"
+
+
+def test_crash_timeout_and_manual_decision(repo: Path):
+    init_campaign(repo, "--decide", "manual", stop="10 experiments")
+    assert "decision: pending" in ars(repo, "exp", "baseline").stdout
+    assert "still decide" in ars(repo, "exp", "start", "early", "-m", "m", code=2).stderr
+    ars(repo, "exp", "mark", "keep", "--reason", "baseline")
+    ars(repo, "exp", "start", "fails", "-m", "exit 3")
+    set_constant(repo, "FAIL", "3")
+    crashed = ars(repo, "exp", "run").stdout
+    assert "status: crash (exit code 3; RuntimeError: boom)" in crashed
+    ars(repo, "exp", "start", "slow", "-m", "sleeps past the limit", "--parent", "baseline")
+    set_constant(repo, "SLEEP", "30")
+    timed_out = ars(repo, "exp", "run", "--timeout", "2s").stdout
+    assert "status: timeout" in timed_out
+    ars(repo, "exp", "start", "flat", "-m", "same result, simpler", "--parent", "baseline")
+    set_constant(repo, "LR", "0.0100")
+    pending = ars(repo, "exp", "run").stdout
+    assert "decision: pending" in pending
+    ars(repo, "exp", "mark", "keep", "--reason", "flat result with simpler code")
+    table = rows(repo)
+    assert [r.status for r in table] == ["keep", "crash", "timeout", "keep"]
+    assert table[1].metric_value == 0.0 and "exit code 3" in table[1].description
+    assert table[3].description.endswith("[keep: flat result with simpler code]")
+
+
+def test_memory_resume_after_a_context_reset_restates_the_campaign(repo: Path):
+    init_campaign(repo, stop="5 experiments or 2h total, 1m each")
+    ars(repo, "memory", "start", "--goal", "lower val_bpb below 1.05")
+    ars(repo, "exp", "baseline")
+    experiment(repo, "closer-lr", "0.02")
+    ars(repo, "memory", "handoff", "--resume-from", "two results in", "--next", "try LR 0.03")
+    # A fresh agent knows nothing but the repository.
+    out = ars(repo, "memory", "resume").stdout
+    assert "objective: lower val_bpb below 1.05" in out
+    assert "branch: autoresearch/t-demo/closer-lr" in out
+    assert "best: #1 keep val_bpb 1.100000 on autoresearch/t-demo/closer-lr" in out
+    assert "verdict: stop condition not yet met: 2/5 attempted, 1h" in out
+    assert "next: try LR 0.03" in out
+    timeline = next((repo / "session").glob("*/timeline.md")).read_text()
+    assert (
+        "run started: autoresearch/t-demo/closer-lr" in timeline and "result #1 closer-lr: keep" in timeline
+    )
+
+
+@pytest.mark.parametrize(
+    "setup, args, message",
+    [
+        (
+            "campaign",
+            ["exp", "start", "x", "-m", "m", "--parent", "no-such-ref"],
+            "unknown git ref 'no-such-ref'",
+        ),
+        (
+            "campaign",
+            ["campaign", "init", "demo", "--metric", "m", "--direction", "min", "--command", "true"],
+            "already exists",
+        ),
+        (
+            "detached",
+            ["campaign", "init", "d2", "--metric", "m", "--direction", "min", "--command", "true"],
+            "detached HEAD",
+        ),
+        (
+            "plain",
+            ["campaign", "init", "d3", "--metric", "m", "--direction", "min", "--command", "true"],
+            "not inside a git repository",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    repo: Path, tmp_path: Path, setup: str, args: list[str], message: str
+):
+    cwd = repo
+    if setup == "campaign":
+        init_campaign(repo)
+        ars(repo, "exp", "baseline")
+    elif setup == "detached":
+        git(repo, "checkout", "-q", "--detach")
+    else:
+        cwd = tmp_path / "plain"
+        cwd.mkdir()
+    result = ars(cwd, *args, code=2)
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1

@@ -1,0 +1,274 @@
+"""The unattended loop on a fast fake target: every policy, bad proposals, kill -9 and resume,
+interrupts. Real git repositories, real runs, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoresearch_skills import ledger
+
+TRAIN = """\
+import os, sys, time
+LR = 0.01               # learning rate
+WIDTH = 64              # model width
+SLEEP = 0.0             # seconds of pretend training
+time.sleep(SLEEP)
+if WIDTH % 2:
+    raise SystemExit("WIDTH must be even")
+print("---")
+print(f"val_bpb:          {abs(LR - 0.03) * 10 + 1 + abs(WIDTH - 96) / 1000:.6f}")
+"""
+
+PATCH_WIDTH = """\
+--- a/train.py
++++ b/train.py
+@@ -1,3 +1,3 @@
+ import os, sys, time
+ LR = 0.01               # learning rate
+-WIDTH = 64              # model width
++WIDTH = 96              # model width
+"""
+
+PATCH_FROZEN = """\
+--- a/prepare.py
++++ b/prepare.py
+@@ -1 +1 @@
+-DATA = 'frozen'
++DATA = 'tampered'
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def ars(cwd: Path, *args: str, code: int | None = 0, timeout: float = 120) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "-m", "autoresearch_skills.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if code is not None:
+        assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "train.py").write_text(TRAIN)
+    (root / "prepare.py").write_text("DATA = 'frozen'\n")
+    (root / "program.md").write_text("Lower val_bpb. Only train.py may change.\n")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "initial")
+    return root
+
+
+def write_campaign(repo: Path, policy: dict, stop: str = "10 experiments", **extra) -> Path:
+    config = {
+        "name": "loop",
+        "metric": "val_bpb",
+        "direction": "min",
+        "preset": "karpathy",
+        "command": f"{sys.executable} train.py",
+        "launcher": "local",
+        "stop": stop,
+        "prefix": "autoresearch/t-loop",
+        "policy": {"mutable": ["train.py"], "frozen": ["prepare.py"], **policy},
+        **extra,
+    }
+    path = repo / "campaign.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def rows(repo: Path) -> list[ledger.Row]:
+    return ledger.read(repo / "reports/auto_research/loop/results.tsv")
+
+
+def test_queue_policy_runs_set_and_patch_and_records_rejections_as_crashes(repo: Path):
+    queue = [
+        {"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}},
+        {"slug": "wider", "description": "WIDTH 64 -> 96", "patch": PATCH_WIDTH},
+        {"slug": "no-such", "description": "a constant that does not exist", "set": {"DROPOUT": 0.1}},
+        {"slug": "cheat", "description": "edit the evaluation", "patch": PATCH_FROZEN},
+        {"slug": "odd-width", "description": "WIDTH 63 crashes", "set": {"WIDTH": 63}},
+    ]
+    out = ars(repo, "campaign", "run", str(write_campaign(repo, {"kind": "queue", "queue": queue}))).stdout
+    table = rows(repo)
+    assert [(Path(r.branch).name, r.status) for r in table] == [
+        ("baseline", "keep"),
+        ("higher-lr", "keep"),
+        ("wider", "keep"),
+        ("no-such", "crash"),
+        ("cheat", "crash"),
+        ("odd-width", "crash"),
+    ]
+    assert table[1].metric_value == pytest.approx(1.132) and table[2].metric_value == pytest.approx(1.1)
+    assert "no top-level constant DROPOUT" in table[3].description
+    assert "prepare.py is frozen" in table[4].description
+    assert "exit code 1" in table[5].description and "WIDTH must be even" in table[5].description
+    assert git(repo, "show", f"{table[2].commit}:prepare.py") == "DATA = 'frozen'"
+    assert "no more proposals" in out
+    assert out.strip().splitlines()[-1] == "stop condition not yet met: 6/10 attempted"
+
+
+def test_grid_policy_stops_at_the_count(repo: Path):
+    policy = {"kind": "grid", "space": {"LR": [0.02, 0.03], "WIDTH": [64, 96]}}
+    ars(repo, "campaign", "run", str(write_campaign(repo, policy, stop="4 experiments")))
+    table = rows(repo)
+    assert [Path(r.branch).name for r in table] == [
+        "baseline",
+        "lr-0-02-width-64",
+        "lr-0-02-width-96",
+        "lr-0-03-width-64",
+    ]
+    assert table[-1].status == "keep" and table[-1].metric_value == pytest.approx(1.032)
+
+
+def test_random_policy_is_reproducible_from_its_seed(repo: Path, tmp_path: Path):
+    policy = {
+        "kind": "random",
+        "samples": 2,
+        "seed": 7,
+        "space": {"LR": {"log_uniform": [0.001, 0.1]}, "WIDTH": [64, 96]},
+    }
+    ars(repo, "campaign", "run", str(write_campaign(repo, policy)))
+    first = [r.description for r in rows(repo)]
+    assert len(first) == 3 and all(d.startswith("set LR=") for d in first[1:])
+    from autoresearch_skills.proposals import make_policy
+
+    replay = make_policy(policy, set())
+    drawn = [replay.next({})]
+    replay.attempted.add(drawn[0].slug)
+    drawn.append(replay.next({}))
+    assert [p.description for p in drawn] == first[1:]
+
+
+PROPOSER = """\
+import json, sys
+request = json.load(sys.stdin)
+with open(sys.argv[1], "a") as log:
+    log.write(json.dumps({"feedback": request["feedback"], "rows": len(request["ledger"]),
+                          "has_program": "Lower val_bpb" in request["program"],
+                          "sees_train": "LR = " in request["mutable_files"]["train.py"]}) + "\\n")
+if len(request["ledger"]) >= 3:
+    print("null")
+elif request["feedback"] is None and len(request["ledger"]) == 1:
+    print(json.dumps({"slug": "cheat", "description": "tamper", "patch": sys.argv[2]}))
+else:
+    print(json.dumps({"slug": "lr-%d" % len(request["ledger"]), "description": "closer LR",
+                      "set": {"LR": 0.01 + 0.01 * len(request["ledger"])}}))
+"""
+
+
+def test_command_proposer_gets_context_and_feedback(repo: Path, tmp_path: Path):
+    script = tmp_path / "propose.py"
+    script.write_text(PROPOSER)
+    calls = tmp_path / "calls.jsonl"
+    patch_file = tmp_path / "frozen.patch"
+    patch_file.write_text(PATCH_FROZEN)
+    command = f'{sys.executable} {script} {calls} "$(cat {patch_file})"'
+    ars(repo, "campaign", "run", str(write_campaign(repo, {"kind": "command", "command": command})))
+    seen = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert seen[0]["feedback"] is None and seen[0]["has_program"] and seen[0]["sees_train"]
+    assert "prepare.py is frozen" in seen[1]["feedback"]
+    table = rows(repo)
+    assert [Path(r.branch).name for r in table] == ["baseline", "lr-1", "lr-2"]
+    assert [r.status for r in table] == ["keep", "keep", "keep"]
+
+
+def test_proposer_that_keeps_failing_becomes_one_crash_row(repo: Path, tmp_path: Path):
+    script = tmp_path / "bad.py"
+    script.write_text("import sys, json\njson.load(sys.stdin)\nprint('not json at all')\n")
+    stop = "2 experiments"
+    ars(
+        repo,
+        "campaign",
+        "run",
+        str(write_campaign(repo, {"kind": "command", "command": f"{sys.executable} {script}"}, stop=stop)),
+    )
+    table = rows(repo)
+    assert [r.status for r in table] == ["keep", "crash"]
+    assert "proposal rejected" in table[1].description and "not JSON" in table[1].description
+
+
+def slow_queue(n: int, seconds: float) -> dict:
+    items = [
+        {"slug": f"lr-{i}", "description": f"LR try {i}", "set": {"LR": 0.011 + i / 1000, "SLEEP": seconds}}
+        for i in range(n)
+    ]
+    return {"kind": "queue", "queue": items}
+
+
+def no_training_processes(repo: Path) -> bool:
+    """No `train.py` process runs in this repository (or its worktree)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if b"train.py" in cmdline and cwd.startswith(str(repo)):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("kill_after", [0.8, 2.2, 4.0])
+def test_kill_9_then_resume_loses_and_duplicates_nothing(repo: Path, kill_after: float):
+    path = write_campaign(repo, slow_queue(3, 1.0))
+    loop = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "campaign", "run", str(path)], cwd=repo,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    time.sleep(kill_after)
+    loop.send_signal(signal.SIGKILL)
+    loop.wait()
+    ars(repo, "campaign", "resume", "loop")
+    table = rows(repo)
+    names = [Path(r.branch).name for r in table]
+    assert [r.index for r in table] == list(range(len(table)))
+    assert len(names) == len(set(names)), names
+    assert names == ["baseline", "lr-0", "lr-1", "lr-2"]
+    assert all(r.status in ("keep", "discard", "crash") for r in table)
+    deadline = time.time() + 10
+    while not no_training_processes(repo) and time.time() < deadline:
+        time.sleep(0.2)
+    assert no_training_processes(repo)
+
+
+def test_sigint_with_cancel_records_the_run_and_exits_cleanly(repo: Path):
+    path = write_campaign(repo, slow_queue(2, 30.0))
+    loop = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "campaign", "run", str(path), "--on-interrupt", "cancel"],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 30
+    state_path = repo / "reports/auto_research/loop/state.json"
+    while time.time() < deadline:
+        if (
+            state_path.exists()
+            and (json.loads(state_path.read_text()).get("current") or {}).get("phase") == "running"
+        ):
+            current = json.loads(state_path.read_text())["current"]
+            if current["slug"] == "lr-0":
+                break
+        time.sleep(0.1)
+    loop.send_signal(signal.SIGINT)
+    out, err = loop.communicate(timeout=60)
+    assert loop.returncode == 0, err
+    assert "stopped on interrupt" in out
+    table = rows(repo)
+    assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "cancelled")]
+    assert no_training_processes(repo)
