@@ -228,7 +228,7 @@ def diagnose(path: str | Path = ".") -> Report:
     )
 
 
-@click.command("doctor")
+@click.command("doctor", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--path",
     type=click.Path(exists=True, file_okay=False, path_type=Path),

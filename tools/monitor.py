@@ -396,7 +396,7 @@ def options_from_flags(
     )
 
 
-@click.command("watch")
+@click.command("watch", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("run_ref", metavar="RUN")
 @click.option(
     "-p",
