@@ -260,3 +260,15 @@ def test_first_step_pattern_is_recorded_once(tmp_path):
     scanner = LogScanner(log, first_step=re.compile(r"actor/kl_loss:"))
     scanner.poll()
     assert scanner.first_step_line == 2 and scanner.first_step_at is not None
+
+
+def test_colour_codes_do_not_hide_anomalies():
+    log = (
+        "\x1b[1;31mTraceback (most recent call last):\x1b[0m\n"
+        '\x1b[33m  File "train.py", line 9, in <module>\x1b[0m\n'
+        "\x1b[1;35mValueError\x1b[0m: \x1b[35mbad shape\x1b[0m\n"
+        "\x1b[31mKilled\x1b[0m\n"
+    )
+    found = scan_text(log)
+    assert found["traceback"].text == "ValueError: bad shape"
+    assert found["killed"].line_no == 4

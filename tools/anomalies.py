@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from autoresearch_skills.sources.logs import clean
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -280,7 +282,7 @@ class LogScanner:
     def _scan_segments(self, raw: bytes, new: list[Anomaly], line_no: int) -> None:
         for segment in raw.split(b"\r"):
             if segment:
-                self._scan_line(segment.decode("utf-8", "replace"), new, line_no)
+                self._scan_line(clean(segment.decode("utf-8", "replace")), new, line_no)
 
     def _scan_line(self, line: str, new: list[Anomaly], line_no: int) -> None:
         if self.first_step is not None and self.first_step_at is None and self.first_step.search(line):
