@@ -147,6 +147,10 @@ def test_disk_full(line):
 
 def test_cuda_error_and_native_crash():
     assert set(scan_text(CUDA_ERROR_LOG)) == {"cuda_error"}
+    assert (
+        classify("RuntimeError: CUDA driver version is insufficient for CUDA runtime version").name
+        == "cuda_error"
+    )
     found = scan_text(NATIVE_CRASH_LOG)
     assert set(found) == {"native_crash"} and found["native_crash"].count == 2
     assert "shm" in found["native_crash"].fix

@@ -67,7 +67,7 @@ KINDS: tuple[Kind, ...] = (
         "usually an index out of range (label >= num_classes, token id >= vocab size).",
         _re(
             r"CUDA error|device-side assert triggered|illegal memory access was encountered"
-            r"|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error"
+            r"|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error|CUDA driver version is insufficient"
         ),
     ),
     Kind(
