@@ -61,10 +61,15 @@ def event_files(path: Path) -> list[Path]:
 
 
 def read_scalars(path: Path) -> list[Sample]:
-    """Every scalar in the event files at `path`, ordered by wall time (file order for ties)."""
+    """Every scalar in the event files at `path`, ordered by wall time (file order for ties).
+    Files in a subdirectory are TensorBoard runs of their own (`add_scalars`, train/ and eval/):
+    their tags are prefixed with that subdirectory, `eval/loss`, so runs never mix."""
     timed: list[tuple[float, int, Sample]] = []
     for file in event_files(path):
+        run = file.parent.relative_to(path).as_posix() if path.is_dir() else "."
         for wall_time, sample in _file_scalars(file):
+            if run != ".":
+                sample = Sample(f"{run}/{sample.name}", sample.value, sample.step)
             timed.append((wall_time, len(timed), sample))
     timed.sort(key=lambda item: (item[0], item[1]))
     return [sample for _, _, sample in timed]
@@ -99,7 +104,7 @@ def records(data: bytes) -> Iterator[bytes]:
 
 
 def _event_scalars(event: bytes) -> Iterator[tuple[float, Sample]]:
-    wall_time, step, summary = 0.0, None, None
+    wall_time, step, summary = 0.0, 0, None  # proto3 leaves out a zero step
     for field, _, value in _fields(event):
         if field == _WALL_TIME:
             (wall_time,) = struct.unpack("<d", value)
