@@ -13,6 +13,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
@@ -32,6 +33,7 @@ COLUMNS = (*NEMO_RL_COLUMNS, "started_at", "ended_at")
 STATUSES = ("keep", "discard", "crash", "timeout", "cancelled")
 KARPATHY_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
 
+_BLANK_LINE = re.compile(rb"\n[ \t\r\f\v]*(?=\n)")  # readers skip these; the lookahead counts runs
 _ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 _UNESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 
@@ -208,8 +210,8 @@ def append(path: str | Path, row: Row | dict) -> Row:
 
 
 def _count_rows(data: bytes) -> int:
-    """Rows so far: lines after the header, blank lines aside (as `read` skips them)."""
-    return sum(1 for line in data.split(b"\n")[1:] if line.strip())
+    """Rows so far in `data` (ends with a newline): lines after the header, blank lines aside."""
+    return max(0, data.count(b"\n") - 1 - len(_BLANK_LINE.findall(data)))  # 0 for a new file
 
 
 def _repair_tail(handle, path: Path, data: bytes, columns: tuple[str, ...]) -> bytes:
