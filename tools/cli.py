@@ -16,6 +16,7 @@ COMMANDS = {
     "ledger": "autoresearch_skills.ledger:cli",
     "stop": "autoresearch_skills.stoprule:cli",
     "metric": "autoresearch_skills.metrics:cli",
+    "profile": "autoresearch_skills.reward_profile:cli",
     "watch": "autoresearch_skills.monitor:cli",
     "doctor": "autoresearch_skills.doctor:cli",
     "campaign": "autoresearch_skills.campaign:cli",
