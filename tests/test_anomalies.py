@@ -107,6 +107,17 @@ def test_every_kind_has_a_diagnosis_and_a_fix():
         assert kind.fix.endswith(".")
 
 
+def test_prefilter_keywords_let_every_matching_line_through():
+    lines = [
+        *NAN_LOGS, *KILLED_LOGS, *DISK_FULL_LOGS,
+        *(CUDA_OOM_LOG + NCCL_TIMEOUT_LOG + NCCL_ERROR_LOG + CUDA_ERROR_LOG + NATIVE_CRASH_LOG).splitlines(),
+    ]  # fmt: skip
+    for line in lines:
+        first = next((kind for kind in KINDS if kind.pattern is not None and kind.pattern.search(line)), None)
+        assert classify(line) is first, line
+    assert all(kind.keywords for kind in KINDS if kind.pattern is not None)
+
+
 def test_traceback_reports_the_exception_line():
     found = scan_text(TRACEBACK_LOG)
     assert list(found) == ["traceback"]
