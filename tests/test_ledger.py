@@ -393,18 +393,30 @@ def test_csv_and_json_exports_carry_every_column(results, tmp_path):
     assert rows[2]["memory_gb"] == 52.5
 
 
-def test_documented_pandas_recipe_reads_a_tricky_ledger(tmp_path):
+def test_documented_pandas_recipes_read_a_tricky_ledger(tmp_path):
     pd = pytest.importorskip("pandas")
     path = tmp_path / "results.tsv"
     ledger.append(path, row(description='"quoted" start', commit="1234567", job_id="007"))
     ledger.append(path, row(description="NA", commit="1e45678"))
     ledger.append(path, row(description="tab\there"))
-    frame = pd.read_csv(
-        path, sep="\t", quoting=csv.QUOTE_NONE, dtype=str, keep_default_na=False, na_values=[]
-    )
-    frame["metric_value"] = frame["metric_value"].astype(float)
+
+    # references/ledger-format.md, "Reading it from Python": the read_csv recipe
+    frame = pd.read_csv(path, sep="\t", quoting=csv.QUOTE_NONE, dtype=str, keep_default_na=False)
+    for column in ("metric_value", "memory_gb", "elapsed_min"):
+        frame[column] = frame[column].astype(float)
+    frame["index"] = frame["index"].astype(int)
     assert list(frame.columns) == list(COLUMNS)
     assert list(frame["description"]) == ['"quoted" start', "NA", "tab\\there"]  # still escaped
     assert list(frame["commit"]) == ["1234567", "1e45678", ""]
     assert frame["job_id"][0] == "007"
-    assert frame["metric_value"].tolist() == [1.0, 1.0, 1.0]
+    assert list(frame["index"]) == [0, 1, 2]
+
+    with path.open("a") as handle:
+        handle.write("3\tautoresearch/torn")  # a crashed writer's last line
+    # the documented caveat: read_csv keeps the torn line as a short row
+    assert len(pd.read_csv(path, sep="\t", quoting=csv.QUOTE_NONE, dtype=str, keep_default_na=False)) == 4
+    # the recommended route ignores it
+    frame = pd.DataFrame([r.to_dict() for r in ledger.read(path)])
+    assert list(frame["description"]) == ['"quoted" start', "NA", "tab\there"]
+    assert list(frame["commit"]) == ["1234567", "1e45678", ""]
+    assert frame["metric_value"].dtype == float
