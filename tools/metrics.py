@@ -21,7 +21,7 @@ import math
 import operator
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +43,7 @@ __all__ = [
 
 MODES = ("last", "best", "series")
 DIRECTIONS = ("min", "max")
-FIRST_WINDOW = 64 * 1024  # `last` starts with the final 64 KiB and widens 4x at a time
+FIRST_WINDOW = 16 * 1024  # `last` starts with the final 16 KiB and widens 4x at a time
 CONTEXT_CAP = 16 * 1024 * 1024  # stop widening for a step header this far back; report step unknown
 LATEST_WINDOW = 256 * 1024  # `latest` (a live status block) looks at this much of the tail
 PROGRESS_MIN_BYTES = 64 * 1024 * 1024  # forward reads of bigger files show progress on a terminal
@@ -75,6 +75,10 @@ class GenericParser:
     same line gives the step."""
 
     resolved = True
+    literal_names = True
+
+    def context(self, line: str) -> None:
+        pass
 
     def feed(self, line: str) -> list[Sample]:
         pairs = [(key, float(value)) for key, value in _PAIR.findall(line)]
@@ -88,8 +92,9 @@ class GenericParser:
 
 _KARPATHY_SUMMARY = re.compile(rf"^\s*({_KEY}):\s+({NUMBER})\s*$")
 _KARPATHY_PROGRESS = re.compile(r"^\s*step[\s:]+(\d+)\b(.*)$", re.IGNORECASE)
+# `| tok/sec: 1,669,232 |`: one field between bars; digits may be grouped with commas.
 _KARPATHY_FIELD = re.compile(
-    rf"^\s*({_KEY})\s*:\s*([-+]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?|{NUMBER})\s*{_UNIT}\s*$"
+    rf"\|\s*({_KEY})\s*:\s*([-+]?\d[\d,]*(?:\.\d*)?(?:[eE][-+]?\d+)?|{NUMBER})\s*{_UNIT}\s*(?=\||$)"
 )
 
 
@@ -99,20 +104,21 @@ class KarpathyParser:
     Summary values carry the step of the last progress line before them."""
 
     resolved = True
+    literal_names = True
 
     def __init__(self) -> None:
         self.step: int | None = None
+
+    def context(self, line: str) -> None:
+        if progress := _KARPATHY_PROGRESS.match(line):
+            self.step = int(progress.group(1))
 
     def feed(self, line: str) -> list[Sample]:
         progress = _KARPATHY_PROGRESS.match(line)
         if progress:
             self.step = int(progress.group(1))
-            samples = []
-            for field in progress.group(2).split("|"):
-                found = _KARPATHY_FIELD.match(field)
-                if found and (value := _number(found.group(2))) is not None:
-                    samples.append(Sample(found.group(1), value, self.step))
-            return samples
+            fields = _KARPATHY_FIELD.findall(progress.group(2))
+            return [Sample(key, float(raw.replace(",", "")), self.step) for key, raw in fields]
         summary = _KARPATHY_SUMMARY.match(line)
         if summary:
             return [Sample(summary.group(1), float(summary.group(2)), self.step)]
@@ -143,6 +149,8 @@ class NemoRLParser:
     `train/reward`, `timing/train/total_step_time`). Validation bullets take their step from the
     preceding `Starting validation at step N`, the others from `==== Step N/M ====`."""
 
+    literal_names = False  # `• Avg Reward:` is train/reward
+
     def __init__(self) -> None:
         self.resolved = True
         self.seen_header = False
@@ -154,7 +162,7 @@ class NemoRLParser:
         self.resolved = True
         bullet = _NEMO_BULLET.match(line)
         if bullet is None:
-            self._context(line)
+            self.context(line)
             return []
         if not self.seen_header:
             self.resolved = False  # reading began inside a section: which one is unknown
@@ -167,7 +175,7 @@ class NemoRLParser:
         key = NEMO_LABELS.get(label) or re.sub(r"[^a-z0-9]+", "_", label).strip("_")
         return [Sample(f"{self.section}/{key}", float(bullet.group(2)), step)]
 
-    def _context(self, line: str) -> None:
+    def context(self, line: str) -> None:
         if found := _NEMO_STEP.search(line):
             self.step, self.section, self.seen_header = int(found.group(1)), None, True
         elif found := _NEMO_VAL_START.search(line):
@@ -196,9 +204,15 @@ class VerlParser:
     validation (`{'global_steps': 20, 'mean_reward': np.float64(0.53)}`) and AgentJet's
     `[EVAL @ step 20] ... mean_reward=0.5378 task_pass_rate@1=96.49%` summary."""
 
+    literal_names = True
+
     def __init__(self) -> None:
         self.resolved = True
         self.md_step: int | None = None
+
+    def context(self, line: str) -> None:
+        if heading := _VERL_MD_STEP.match(line):
+            self.md_step = int(heading.group(1))
 
     def feed(self, line: str) -> list[Sample]:
         self.resolved = True
@@ -235,11 +249,15 @@ class PatternParser:
     from a group named `step` when there is one."""
 
     resolved = True
+    literal_names = False  # the name comes from --metric, not from the line
 
     def __init__(self, regex: re.Pattern[str], name: str) -> None:
         self.regex, self.name = regex, name
         self.group: int | str = "value" if "value" in regex.groupindex else 1
         self.has_step = "step" in regex.groupindex
+
+    def context(self, line: str) -> None:
+        pass
 
     def feed(self, line: str) -> list[Sample]:
         samples = []
@@ -334,6 +352,9 @@ class _Source:
     kind: str  # "log", "jsonl" or "tensorboard"
     make_parser: Callable[[], LineParser] | None
     gzip: bool
+    # The wanted metric's last `/` part: lines without it only update the parser's context,
+    # which makes reading a big tail or a whole log several times cheaper.
+    needle: re.Pattern[str] | None = None
 
 
 def _open_source(path: str | Path, preset: Preset, pattern: str | None, name: str | None) -> _Source:
@@ -351,9 +372,10 @@ def _open_source(path: str | Path, preset: Preset, pattern: str | None, name: st
     if pattern is not None:
         regex = _compile_pattern(pattern)
         return _Source(path, "log", lambda: PatternParser(regex, name or "value"), logs.is_gzip(path))
+    needle = re.compile(re.escape(name.rsplit("/", 1)[-1]), re.IGNORECASE) if name else None
     if jsonl.is_jsonl(path):
-        return _Source(path, "jsonl", jsonl.JsonlParser, logs.is_gzip(path))
-    return _Source(path, "log", preset.parser, logs.is_gzip(path))
+        return _Source(path, "jsonl", jsonl.JsonlParser, logs.is_gzip(path), needle)
+    return _Source(path, "log", preset.parser, logs.is_gzip(path), needle)
 
 
 def _compile_pattern(pattern: str) -> re.Pattern[str]:
@@ -403,14 +425,18 @@ def _scan_all(
         yield samples
 
 
-def _parse(source: _Source, lines) -> list[Record]:
+def _parse(source: _Source, lines: Iterable[str]) -> list[Record]:
     return list(_parse_iter(source, lines))
 
 
-def _parse_iter(source: _Source, lines) -> Iterator[Record]:
+def _parse_iter(source: _Source, lines: Iterable[str]) -> Iterator[Record]:
     assert source.make_parser is not None
     parser = source.make_parser()
+    needle = source.needle if parser.literal_names else None
     for line in lines:
+        if needle is not None and not needle.search(line):
+            parser.context(line)
+            continue
         samples = parser.feed(line)
         if samples:
             yield samples, parser.resolved
@@ -427,7 +453,15 @@ def _matcher(metric: str) -> Callable[[str], bool]:
     last `/`-separated part(s)."""
     wanted = metric.lower()
     suffix = "/" + wanted
-    return lambda name: name == metric or name.lower() == wanted or name.lower().endswith(suffix)
+    known: dict[str, bool] = {}  # a log repeats a few dozen names millions of times
+
+    def matches(name: str) -> bool:
+        hit = known.get(name)
+        if hit is None:
+            hit = known[name] = name.lower() == wanted or name.lower().endswith(suffix)
+        return hit
+
+    return matches
 
 
 # --- the API -----------------------------------------------------------------------------

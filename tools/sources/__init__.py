@@ -26,4 +26,11 @@ class LineParser(Protocol):
     """False when the samples of the last `feed` lack context that comes from an earlier line
     (a step header), i.e. the reading began after that line."""
 
+    literal_names: bool
+    """True when a sample's name (its last `/` part at least) is printed in its line, so a
+    reader looking for one metric may pass other lines to `context` instead of `feed`."""
+
     def feed(self, line: str) -> list[Sample]: ...
+
+    def context(self, line: str) -> None:
+        """Keep the state a line sets (a step header) without reading its values: cheap."""

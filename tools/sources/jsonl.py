@@ -22,6 +22,10 @@ def is_jsonl(path: Path) -> bool:
 
 class JsonlParser:
     resolved = True  # each line stands alone
+    literal_names = True
+
+    def context(self, line: str) -> None:
+        pass
 
     def feed(self, line: str) -> list[Sample]:
         line = line.strip()
