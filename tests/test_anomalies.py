@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import time
 
 import pytest
 
@@ -287,3 +289,17 @@ def test_colour_codes_do_not_hide_anomalies():
     found = scan_text(log)
     assert found["traceback"].text == "ValueError: bad shape"
     assert found["killed"].line_no == 4
+
+
+def test_idle_time_starts_from_the_logs_last_write(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("step 1\n")
+    hour_ago = time.time() - 3600
+    os.utime(log, (hour_ago, hour_ago))
+    scanner = LogScanner(log)
+    scanner.poll()
+    assert scanner.idle_seconds > 3500
+    with log.open("a") as handle:
+        handle.write("step 2\n")
+    scanner.poll()
+    assert scanner.idle_seconds < 60

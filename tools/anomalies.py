@@ -240,9 +240,12 @@ class LogScanner:
             return new
         if self._inode is not None and (stat.st_ino != self._inode or stat.st_size < self.offset):
             self._restart()  # rotated or truncated: the old offset means nothing in the new file
-        self._inode = stat.st_ino
+        first_look, self._inode = self._inode is None, stat.st_ino
         if stat.st_size > self.offset:
-            self.last_growth = time.monotonic()
+            # On the first look the log's mtime tells when it last grew: a run that has been
+            # silent for an hour before we attached is idle for an hour, not for 0 s.
+            silent = max(0.0, time.time() - stat.st_mtime) if first_look else 0.0
+            self.last_growth = time.monotonic() - silent
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)
                 while chunk := handle.read(_READ_CHUNK):
