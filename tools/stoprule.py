@@ -77,9 +77,10 @@ class StopRules:
 
     @property
     def empty(self) -> bool:
+        """No rule that ends the campaign. A per-run timeout alone bounds one run, not the campaign."""
         return all(
             v is None
-            for v in (self.max_experiments, self.budget, self.deadline, self.per_run_timeout, self.target)
+            for v in (self.max_experiments, self.budget, self.deadline, self.target)
             + (self.patience, self.max_failure_rate)
         )
 
