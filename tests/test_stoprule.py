@@ -260,6 +260,13 @@ def test_default_rule_is_baseline_plus_three_then_ask(tmp_path):
     assert "ask the user" in line
 
 
+def test_per_run_timeout_alone_keeps_the_default_count(tmp_path):
+    path = make_ledger(tmp_path / "results.tsv", ["keep", "discard", "discard", "keep"])
+    code, line, _ = check(path, "--stop", "10m each", "--now", at(60))
+    assert code == 1
+    assert line.startswith("stop condition met: 4/4 attempted (default: baseline + 3 experiments;")
+
+
 def test_missing_ledger_means_nothing_attempted_yet(tmp_path):
     code, line, _ = check(tmp_path / "results.tsv", "--stop", "24 experiments", "--now", at(0))
     assert (code, line) == (0, "stop condition not yet met: 0/24 attempted")
