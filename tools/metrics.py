@@ -28,7 +28,7 @@ from pathlib import Path
 import click
 
 from autoresearch_skills.errors import EXIT_NEGATIVE, BadInput, run_cli
-from autoresearch_skills.sources import LineParser, Sample
+from autoresearch_skills.sources import LineParser, Sample, literal_needle
 
 __all__ = [
     "PRESETS",
@@ -75,7 +75,7 @@ class GenericParser:
     same line gives the step."""
 
     resolved = True
-    literal_names = True
+    needle = staticmethod(literal_needle)
 
     def context(self, line: str) -> None:
         pass
@@ -104,7 +104,7 @@ class KarpathyParser:
     Summary values carry the step of the last progress line before them."""
 
     resolved = True
-    literal_names = True
+    needle = staticmethod(literal_needle)
 
     def __init__(self) -> None:
         self.step: int | None = None
@@ -149,8 +149,6 @@ class NemoRLParser:
     `train/reward`, `timing/train/total_step_time`). Validation bullets take their step from the
     preceding `Starting validation at step N`, the others from `==== Step N/M ====`."""
 
-    literal_names = False  # `• Avg Reward:` is train/reward
-
     def __init__(self) -> None:
         self.resolved = True
         self.seen_header = False
@@ -174,6 +172,12 @@ class NemoRLParser:
         label = bullet.group(1).strip().lower()
         key = NEMO_LABELS.get(label) or re.sub(r"[^a-z0-9]+", "_", label).strip("_")
         return [Sample(f"{self.section}/{key}", float(bullet.group(2)), step)]
+
+    def needle(self, metric: str) -> re.Pattern[str]:
+        """The bullet's label: `total_step_time` is printed `Total step time`, `reward` `Avg Reward`."""
+        key = metric.rsplit("/", 1)[-1].lower()
+        label = next((label for label, name in NEMO_LABELS.items() if name == key), key)
+        return re.compile(r"[ _]".join(map(re.escape, re.split(r"[ _]", label))), re.IGNORECASE)
 
     def context(self, line: str) -> None:
         if found := _NEMO_STEP.search(line):
@@ -204,7 +208,7 @@ class VerlParser:
     validation (`{'global_steps': 20, 'mean_reward': np.float64(0.53)}`) and AgentJet's
     `[EVAL @ step 20] ... mean_reward=0.5378 task_pass_rate@1=96.49%` summary."""
 
-    literal_names = True
+    needle = staticmethod(literal_needle)
 
     def __init__(self) -> None:
         self.resolved = True
@@ -249,7 +253,6 @@ class PatternParser:
     from a group named `step` when there is one."""
 
     resolved = True
-    literal_names = False  # the name comes from --metric, not from the line
 
     def __init__(self, regex: re.Pattern[str], name: str) -> None:
         self.regex, self.name = regex, name
@@ -258,6 +261,9 @@ class PatternParser:
 
     def context(self, line: str) -> None:
         pass
+
+    def needle(self, metric: str) -> None:
+        return None  # the name comes from --metric, not from the line
 
     def feed(self, line: str) -> list[Sample]:
         samples = []
@@ -311,8 +317,8 @@ def resolve_preset(name: str) -> Preset:
 
 
 def guess_direction(name: str) -> str:
-    """ "min" or "max" from the metric's name: losses, bits per byte, errors and times go down;
-    accuracy, reward, score, pass rates and throughput go up. Unknown names: "min"."""
+    """Which way is better, judged from the metric's name: "min" for losses, bits per byte,
+    errors and times; "max" for accuracy, reward, score, pass rates and throughput; else "min"."""
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
     if any(w in _LOWER_IS_BETTER for w in words):
         return "min"
@@ -352,13 +358,11 @@ class _Source:
     kind: str  # "log", "jsonl" or "tensorboard"
     make_parser: Callable[[], LineParser] | None
     gzip: bool
-    # The wanted metric's last `/` part: lines without it only update the parser's context,
-    # which makes reading a big tail or a whole log several times cheaper.
-    needle: re.Pattern[str] | None = None
+    metric: str | None = None  # the one wanted, if any: lines that cannot hold it are skimmed
 
 
 def _open_source(path: str | Path, preset: Preset, pattern: str | None, name: str | None) -> _Source:
-    from autoresearch_skills.sources import jsonl, logs, tensorboard
+    from autoresearch_skills.sources import jsonl, tensorboard
 
     path = Path(path)
     if not path.exists():
@@ -371,11 +375,19 @@ def _open_source(path: str | Path, preset: Preset, pattern: str | None, name: st
         return _Source(path, "tensorboard", None, False)
     if pattern is not None:
         regex = _compile_pattern(pattern)
-        return _Source(path, "log", lambda: PatternParser(regex, name or "value"), logs.is_gzip(path))
-    needle = re.compile(re.escape(name.rsplit("/", 1)[-1]), re.IGNORECASE) if name else None
+        return _Source(path, "log", lambda: PatternParser(regex, name or "value"), _is_gzip(path))
     if jsonl.is_jsonl(path):
-        return _Source(path, "jsonl", jsonl.JsonlParser, logs.is_gzip(path), needle)
-    return _Source(path, "log", preset.parser, logs.is_gzip(path), needle)
+        return _Source(path, "jsonl", jsonl.JsonlParser, _is_gzip(path), name)
+    return _Source(path, "log", preset.parser, _is_gzip(path), name)
+
+
+def _is_gzip(path: Path) -> bool:
+    from autoresearch_skills.sources import logs
+
+    try:
+        return logs.is_gzip(path)
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read it ({err.strerror}): check its permissions") from None
 
 
 def _compile_pattern(pattern: str) -> re.Pattern[str]:
@@ -432,7 +444,7 @@ def _parse(source: _Source, lines: Iterable[str]) -> list[Record]:
 def _parse_iter(source: _Source, lines: Iterable[str]) -> Iterator[Record]:
     assert source.make_parser is not None
     parser = source.make_parser()
-    needle = source.needle if parser.literal_names else None
+    needle = parser.needle(source.metric) if source.metric else None
     for line in lines:
         if needle is not None and not needle.search(line):
             parser.context(line)
@@ -491,10 +503,8 @@ def extract(
         raise BadInput(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
     if direction is not None and direction not in DIRECTIONS:
         raise BadInput(f"unknown direction {direction!r}: use min or max")
-    name = metric or chosen.default_metric
+    name = _metric_name(chosen, metric, pattern)
     source = _open_source(path, chosen, pattern, name)
-    if pattern is not None:
-        name = name or "value"
     wanted = _matcher(name) if name else None
 
     if mode == "last":
@@ -516,6 +526,11 @@ def extract(
         if math.isfinite(sample.value) and (best is None or better(sample.value, best.value)):
             best = sample
     return [best] if best else []
+
+
+def _metric_name(preset: Preset, metric: str | None, pattern: str | None) -> str | None:
+    """The metric asked for: --metric, else the preset's own; a --pattern's values need a name."""
+    return metric or preset.default_metric or ("value" if pattern is not None else None)
 
 
 def _last_match(source: _Source, wanted: Callable[[str], bool]) -> list[Sample]:
@@ -641,7 +656,7 @@ def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as
     if progress is not None:
         click.echo("\r\033[K", nl=False, err=True)
     chosen = resolve_preset(preset)
-    name = metric or (None if pattern else chosen.default_metric) or ("value" if pattern else None)
+    name = _metric_name(chosen, metric, pattern)
     if not samples:
         _explain_no_match(log, chosen, name, mode)
         sys.exit(EXIT_NEGATIVE)
@@ -693,6 +708,7 @@ def _print_series(samples: list[Sample]) -> None:
 def _explain_no_match(log: Path, preset: Preset, name: str | None, mode: str) -> None:
     what = name or "any metric"
     click.echo(f"metric: no {what} in {log} (preset {preset.name}, mode {mode})", err=True)
+    click.echo(f"preset {preset.name} reads: {preset.reads}", err=True)
     from autoresearch_skills.sources import tensorboard
 
     if log.is_dir() or tensorboard.is_event_file(log):

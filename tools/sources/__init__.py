@@ -5,6 +5,7 @@ Each reader hands back `Sample`s; `metrics.py` decides which ones answer the que
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,11 +27,17 @@ class LineParser(Protocol):
     """False when the samples of the last `feed` lack context that comes from an earlier line
     (a step header), i.e. the reading began after that line."""
 
-    literal_names: bool
-    """True when a sample's name (its last `/` part at least) is printed in its line, so a
-    reader looking for one metric may pass other lines to `context` instead of `feed`."""
-
     def feed(self, line: str) -> list[Sample]: ...
+
+    def needle(self, metric: str) -> re.Pattern[str] | None:
+        """A quick regex that every line holding `metric` matches, or None. A reader after one
+        metric passes the other lines to `context` only, which is many times cheaper."""
 
     def context(self, line: str) -> None:
         """Keep the state a line sets (a step header) without reading its values: cheap."""
+
+
+def literal_needle(metric: str) -> re.Pattern[str]:
+    """For formats that print a metric's name as is: its last `/` part, in any case
+    (`accuracy` finds `validation/accuracy` too)."""
+    return re.compile(re.escape(metric.rsplit("/", 1)[-1]), re.IGNORECASE)

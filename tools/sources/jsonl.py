@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autoresearch_skills.sources import Sample
+from autoresearch_skills.sources import Sample, literal_needle
 
 SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
 STEP_KEYS = ("step", "global_step", "_step", "iteration", "iter", "trainer/global_step")
@@ -22,7 +22,7 @@ def is_jsonl(path: Path) -> bool:
 
 class JsonlParser:
     resolved = True  # each line stands alone
-    literal_names = True
+    needle = staticmethod(literal_needle)
 
     def context(self, line: str) -> None:
         pass
