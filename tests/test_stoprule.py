@@ -151,6 +151,17 @@ def test_unreadable_rule_exits_2_naming_the_part(text, unreadable):
     assert unreadable in done.stderr
 
 
+def test_examples_in_the_reference_parse():
+    text = (TOOLS.parent / "references" / "stop-rules.md").read_text()
+    block = text.split("More examples:", 1)[1].split("```")[1]
+    examples = [line.strip() for line in block.splitlines() if line.strip()]
+    table = text.split("| form | examples | sets |", 1)[1].split("\n\n", 1)[0]
+    examples += [e for row in table.splitlines()[2:] for e in re.findall(r"`([^`]+)`", row.split("|")[2])]
+    assert len(examples) > 20
+    for example in examples:
+        assert stoprule.parse_text(example).to_dict(), example  # parses, and sets something
+
+
 # ---------------------------------------------------------------- the verdict
 
 
