@@ -23,6 +23,7 @@ COMMANDS = {
     "exp": "autoresearch_skills.experiment:cli",
     "memory": "autoresearch_skills.memory:cli",
     "report": "autoresearch_skills.report:cli",
+    "skills": "autoresearch_skills.skills:cli",
 }
 
 

@@ -1,0 +1,758 @@
+"""`ars skills`: install the skill pack into coding agents' discovery folders, and check it.
+
+Source layout (a checkout, or the package data of a wheel):
+
+    skills/<name>/SKILL.md, evals.json   links such as ../../references/git-workflow.md
+    references/*.md, templates/*         long-form material shared by the skills
+
+In the repository (and in the Claude Code plugin, which is the repository) those links resolve
+as they are. An installed skill must stand alone, so `install` writes a self-contained folder:
+
+    <dest>/<name>/SKILL.md               links rewritten: references/git-workflow.md
+                  evals.json
+                  references/*.md        every file the skill links to, and what those link to
+                  templates/*
+                  .ars-skill             marker: this folder is ours to update
+
+A folder without the marker is never touched. `--link` symlinks every file whose text needs no
+rewriting to the checkout, so edits to references show at once (SKILL.md itself is rewritten,
+so re-run `install` after editing it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+import click
+
+from autoresearch_skills import __version__
+from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
+
+MARKER = ".ars-skill"
+AGENT_FOLDERS = {"claude": Path(".claude") / "skills", "codex": Path(".agents") / "skills"}
+AGENT_NOTES = {"claude": "CLAUDE.md", "codex": "AGENTS.md"}
+NOTE_BEGIN = "<!-- autoresearch-skills:begin -->"
+NOTE_END = "<!-- autoresearch-skills:end -->"
+SHARED = ("references", "templates")  # shipped folders a skill may link into
+MAX_BODY_LINES = 500
+MIN_SHOULD_TRIGGER, MIN_SHOULD_NOT_TRIGGER = 5, 3
+EVAL_KEYS = ("id", "question", "expected_skill", "should_trigger", "expected_behavior")
+
+# [text](target) and ![alt](target "title"); [label]: target (reference definitions)
+INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*[\"'])?\s*\)")
+REFERENCE_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+[\"'(].*)?$")
+FENCE = re.compile(r"^\s{0,3}(```|~~~)")
+CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+SHELL_PREFIXES = {"then", "do", "else", "if", "while", "until", "!", "time", "exec", "nohup"}
+
+
+@dataclass
+class Problem:
+    skill: str
+    file: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Installed:
+    skill: str
+    path: str
+    action: str  # created | updated
+    mode: str  # copy | link
+    files: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- sources
+
+
+def source_root() -> Path:
+    """The shipped skills/ folder (a checkout or the installed package's data)."""
+    from autoresearch_skills.resources import resource_dir
+
+    return resource_dir("skills")
+
+
+def shared_roots() -> dict[str, Path]:
+    """references/ and templates/ as shipped: what a skill's links may point into."""
+    from autoresearch_skills.resources import resource_dir
+
+    roots = {}
+    for name in SHARED:
+        try:
+            roots[name] = resource_dir(name)
+        except FileNotFoundError:
+            continue
+    return roots
+
+
+def find_skills(folder: Path) -> list[Path]:
+    """Skill folders in `folder` (each holding a SKILL.md), or `folder` itself when it is one."""
+    if (folder / "SKILL.md").is_file():
+        return [folder]
+    return sorted(p for p in folder.iterdir() if p.is_dir() and (p / "SKILL.md").is_file())
+
+
+# ---------------------------------------------------------------- markdown links
+
+
+@dataclass
+class Link:
+    target: str  # as written
+    line: int
+    span: tuple[int, int]  # character offsets of `target` in the text
+
+    @property
+    def local(self) -> bool:
+        t = self.target
+        return not (t.startswith("#") or "://" in t or t.startswith(("mailto:", "tel:", "data:")))
+
+    @property
+    def path_part(self) -> str:
+        return unquote(self.target.split("#", 1)[0].split("?", 1)[0])
+
+    @property
+    def fragment(self) -> str:
+        return "#" + self.target.split("#", 1)[1] if "#" in self.target else ""
+
+
+def find_links(text: str) -> list[Link]:
+    """Links outside code: inline links, images and reference definitions, with their positions."""
+    links: list[Link] = []
+    offset = 0
+    fenced = False
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            masked = CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line)  # links inside `code` are text
+            for match in INLINE_LINK.finditer(masked):
+                links.append(Link(match.group(1), number, (offset + match.start(1), offset + match.end(1))))
+            ref = REFERENCE_LINK.match(masked)
+            if ref and not INLINE_LINK.search(masked):
+                links.append(Link(ref.group(1), number, (offset + ref.start(1), offset + ref.end(1))))
+        offset += len(line)
+    return links
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.relative_to(folder)
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- install plan
+
+
+@dataclass
+class Plan:
+    """What a skill's installed folder holds: relative path -> source file, or rewritten text."""
+
+    skill: str
+    source: Path
+    copies: dict[str, Path] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    def files(self) -> list[str]:
+        return sorted({*self.copies, *self.texts})
+
+
+def plan_skill(skill_dir: Path, shared: dict[str, Path] | None = None) -> Plan:
+    """Follow the skill's links (transitively through Markdown files) and map every file it needs
+    into one self-contained folder, rewriting links whose relative path changes."""
+    skill_dir = skill_dir.resolve()
+    skills_root = skill_dir.parent
+    shared = {name: root.resolve() for name, root in (shared_roots() if shared is None else shared).items()}
+    plan = Plan(skill_dir.name, skill_dir)
+
+    def installed_path(source: Path) -> str | None:
+        """Path relative to the skill's installed folder; `../<other>/...` for sibling skills."""
+        if _inside(source, skill_dir):
+            return source.relative_to(skill_dir).as_posix()
+        for name, root in shared.items():
+            if _inside(source, root):
+                return f"{name}/{source.relative_to(root).as_posix()}"
+        if _inside(source, skills_root):  # another skill: installed beside this one
+            return "../" + source.relative_to(skills_root).as_posix()
+        return None
+
+    for path in sorted(skill_dir.rglob("*")):
+        rel = path.relative_to(skill_dir)
+        if path.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
+            plan.copies[rel.as_posix()] = path
+
+    queue = [rel for rel in plan.copies if rel.endswith(".md")]
+    seen: set[str] = set()
+    while queue:
+        rel = queue.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        source = plan.copies[rel]
+        text = source.read_text(encoding="utf-8")
+        shown = _shown(skill_dir, source)
+        edits: list[tuple[tuple[int, int], str]] = []
+        for link in find_links(text):
+            if not link.local or not link.path_part:
+                continue
+            target = Path(os.path.normpath(source.parent / link.path_part))
+            if not target.exists():
+                plan.problems.append(
+                    Problem(plan.skill, shown, link.line, f"link {link.target} does not resolve")
+                )
+                continue
+            mapped = installed_path(target)
+            if mapped is None:
+                plan.problems.append(
+                    Problem(
+                        plan.skill,
+                        shown,
+                        link.line,
+                        f"link {link.target} points outside skills/ and {'/, '.join(shared)}/, "
+                        "so it cannot resolve in an installed skill",
+                    )
+                )
+                continue
+            if not mapped.startswith("../"):
+                _add(plan, mapped, target, queue)
+            new = os.path.relpath(mapped, os.path.dirname(rel) or ".").replace(os.sep, "/")
+            if target.is_dir():
+                new += "/"
+            if new + link.fragment != link.target and os.path.normpath(new) != os.path.normpath(
+                link.path_part
+            ):
+                edits.append((link.span, new + link.fragment))
+        if edits:
+            for (start, end), new in sorted(edits, reverse=True):
+                text = text[:start] + new + text[end:]
+            plan.texts[rel] = text
+    return plan
+
+
+def _add(plan: Plan, rel: str, target: Path, queue: list[str]) -> None:
+    files = [target] if target.is_file() else [p for p in sorted(target.rglob("*")) if p.is_file()]
+    for file in files:
+        name = rel if file == target else f"{rel.rstrip('/')}/{file.relative_to(target).as_posix()}"
+        if name not in plan.copies:
+            plan.copies[name] = file
+            if name.endswith(".md"):
+                queue.append(name)
+
+
+def _shown(skill_dir: Path, path: Path) -> str:
+    """A file's name as problems show it: relative to the folder above skills/ when possible."""
+    base = skill_dir.parent.parent
+    return path.relative_to(base).as_posix() if _inside(path, base) else str(path)
+
+
+# ---------------------------------------------------------------- install
+
+
+def destinations(agent: str, scope: str, dest: Path | None) -> list[Path]:
+    if dest is not None:
+        return [dest]
+    base = Path.home() if scope == "user" else project_root()
+    agents = list(AGENT_FOLDERS) if agent == "all" else [agent]
+    return [base / AGENT_FOLDERS[name] for name in agents]
+
+
+def project_root(cwd: Path | None = None) -> Path:
+    """The git work tree containing `cwd` (where agents look for project skills), else `cwd`."""
+    cwd = Path(cwd or Path.cwd())
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return cwd
+    return Path(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else cwd
+
+
+def is_ours(folder: Path) -> bool:
+    return folder.is_dir() and not folder.is_symlink() and (folder / MARKER).is_file()
+
+
+def install(
+    dest_dirs: list[Path], link: bool = False, skills_dir: Path | None = None, progress=None
+) -> list[Installed]:
+    """Install every shipped skill into each folder of `dest_dirs`. Checks everything first:
+    a problem in a skill or a foreign folder in the way raises BadInput and nothing is written."""
+    sources = find_skills(skills_dir or source_root())
+    if not sources:
+        raise BadInput(f"no skills found in {skills_dir or source_root()}; reinstall autoresearch-skills")
+    plans = [plan_skill(src) for src in sources]
+    for plan in plans:
+        if plan.problems:
+            raise BadInput(f"{plan.problems[0]}; fix it first (`ars skills check` lists every problem)")
+    for dest in dest_dirs:
+        for plan in plans:
+            target = dest / plan.skill
+            if (target.exists() or target.is_symlink()) and not is_ours(target):
+                raise BadInput(
+                    f"{target} exists and was not installed by ars (no {MARKER} marker); "
+                    "move it away, or install elsewhere with --dest DIR"
+                )
+    done = []
+    for dest in dest_dirs:
+        dest.mkdir(parents=True, exist_ok=True)
+        for plan in plans:
+            item = _write(plan, dest, link)
+            done.append(item)
+            if progress:
+                progress(item)
+    return done
+
+
+def _write(plan: Plan, dest: Path, link: bool) -> Installed:
+    """Build the folder beside its final place, then swap it in (an update never leaves half a skill)."""
+    target = dest / plan.skill
+    building = dest / f".{plan.skill}.ars-new-{os.getpid()}"
+    old = dest / f".{plan.skill}.ars-old-{os.getpid()}"
+    for leftover in (building, old):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    for rel in plan.files():
+        path = building / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if rel in plan.texts:
+            path.write_text(plan.texts[rel], encoding="utf-8")
+        elif link:
+            path.symlink_to(plan.copies[rel])
+        else:
+            shutil.copy2(plan.copies[rel], path)
+    marker = {
+        "installed_by": "autoresearch-skills",
+        "version": __version__,
+        "source": str(plan.source),
+        "mode": "link" if link else "copy",
+    }
+    (building / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    action = "updated" if target.exists() else "created"
+    if action == "updated":
+        os.replace(target, old)
+    os.replace(building, target)
+    if old.exists():
+        shutil.rmtree(old)
+    return Installed(plan.skill, str(target), action, marker["mode"], plan.files())
+
+
+def write_agent_note(
+    project: Path, agents: list[str], dest_dirs: list[Path], skills: list[str]
+) -> list[Path]:
+    """Add (or refresh) the pointer block in the project's CLAUDE.md / AGENTS.md. Idempotent."""
+    written = []
+    for agent, dest in zip(agents, dest_dirs):
+        note = project / AGENT_NOTES[agent]
+        where = _display(dest, project)
+        block = "\n".join(
+            [
+                NOTE_BEGIN,
+                "## ML research campaigns (autoresearch-skills)",
+                "",
+                f"Skills installed in `{where}`: "
+                + ", ".join(f"`{name}`" for name in skills)
+                + ". Before running, monitoring or",
+                "comparing training experiments, read the matching skill's SKILL.md and follow it step",
+                "by step; `auto-research` drives a whole campaign. The `ars` command does the work",
+                "(`ars --help`; every sub-command has `--help` with examples).",
+                NOTE_END,
+            ]
+        )
+        text = note.read_text(encoding="utf-8") if note.exists() else ""
+        start, end = text.find(NOTE_BEGIN), text.find(NOTE_END)
+        if start != -1 and end > start:
+            new = text[:start] + block + text[end + len(NOTE_END) :]
+        else:
+            new = (
+                text
+                + ("\n" if text and not text.endswith("\n") else "")
+                + ("\n" if text else "")
+                + block
+                + "\n"
+            )
+        if new != text:
+            note.write_text(new, encoding="utf-8")
+        written.append(note)
+    return written
+
+
+def _display(path: Path, project: Path) -> str:
+    """How a folder is named to an agent: project-relative, or with ~ for the home folder."""
+    path = path.resolve()
+    for base, prefix in ((project.resolve(), ""), (Path.home().resolve(), "~/")):
+        if _inside(path, base):
+            return prefix + path.relative_to(base).as_posix() + "/"
+    return str(path) + "/"
+
+
+# ---------------------------------------------------------------- check
+
+
+def check(folder: Path) -> tuple[list[str], list[Problem]]:
+    """Validate every skill in `folder`: the Agent Skills spec (skills-ref), body length, links,
+    evals.json, and every `ars ...` command its SKILL.md shows."""
+    try:
+        from skills_ref import validate
+    except ImportError:
+        raise BadInput(
+            "the Agent Skills validator is not installed: `pip install skills-ref` "
+            "(it comes with `pip install autoresearch-skills[dev]`)"
+        ) from None
+    skills = find_skills(folder)
+    if not skills:
+        raise BadInput(f"{folder} holds no skill (no SKILL.md in it or in its sub-folders)")
+    problems: list[Problem] = []
+    for skill_dir in skills:
+        name = skill_dir.name
+        shown = _shown(skill_dir.resolve(), skill_dir.resolve() / "SKILL.md")
+        problems += [Problem(name, shown, None, message) for message in validate(skill_dir)]
+        text = (skill_dir / "SKILL.md").read_text(encoding="utf-8")
+        problems += _check_body(name, shown, text)
+        problems += plan_skill(skill_dir).problems
+        problems += check_evals(skill_dir)
+        problems += [Problem(name, shown, line, message) for line, message in check_commands(text)]
+    return [s.name for s in skills], problems
+
+
+def _check_body(name: str, shown: str, text: str) -> list[Problem]:
+    problems = []
+    parts = text.split("---", 2)
+    body = parts[2] if len(parts) == 3 else text
+    lines = body.strip("\n").count("\n") + 1
+    if lines > MAX_BODY_LINES:
+        problems.append(
+            Problem(
+                name,
+                shown,
+                None,
+                f"body has {lines} lines (at most {MAX_BODY_LINES}): move detail to references/",
+            )
+        )
+    frontmatter = parts[1] if len(parts) == 3 else ""
+    if "Do NOT use for" not in " ".join(frontmatter.split()):  # folded over lines in YAML
+        problems.append(Problem(name, shown, None, "description does not say 'Do NOT use for: ...'"))
+    return problems
+
+
+def check_evals(skill_dir: Path) -> list[Problem]:
+    """evals.json: a list of trigger cases in NeMo-RL's format, enough of each kind."""
+    name = skill_dir.name
+    path = skill_dir / "evals.json"
+    shown = _shown(skill_dir.resolve(), path.resolve())
+    if not path.is_file():
+        return [Problem(name, shown, None, "missing: add trigger cases (see another skill's evals.json)")]
+    try:
+        cases = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        return [Problem(name, shown, err.lineno, f"not valid JSON: {err.msg}")]
+    if not isinstance(cases, list):
+        return [Problem(name, shown, None, "must be a JSON list of cases")]
+    problems = []
+    ids = set()
+    for number, case in enumerate(cases):
+        missing = [key for key in EVAL_KEYS if not isinstance(case, dict) or key not in case]
+        if missing:
+            problems.append(Problem(name, shown, None, f"case {number} lacks {', '.join(missing)}"))
+            continue
+        if not isinstance(case["should_trigger"], bool):
+            problems.append(
+                Problem(name, shown, None, f"case {case['id']}: should_trigger must be true or false")
+            )
+        if case["should_trigger"] and case["expected_skill"] != name:
+            problems.append(Problem(name, shown, None, f"case {case['id']}: expected_skill should be {name}"))
+        if case["id"] in ids:
+            problems.append(Problem(name, shown, None, f"case id {case['id']} appears twice"))
+        ids.add(case["id"])
+    positive = sum(1 for c in cases if isinstance(c, dict) and c.get("should_trigger") is True)
+    negative = sum(1 for c in cases if isinstance(c, dict) and c.get("should_trigger") is False)
+    if positive < MIN_SHOULD_TRIGGER or negative < MIN_SHOULD_NOT_TRIGGER:
+        problems.append(
+            Problem(
+                name,
+                shown,
+                None,
+                f"{positive} should-trigger and {negative} should-not-trigger cases "
+                f"(at least {MIN_SHOULD_TRIGGER} and {MIN_SHOULD_NOT_TRIGGER})",
+            )
+        )
+    return problems
+
+
+# ---------------------------------------------------------------- commands shown in a document
+
+
+def shown_commands(text: str) -> list[tuple[int, list[str]]]:
+    """Every `ars ...` and `python tools/x.py ...` invocation in fenced code blocks and inline code,
+    as (line number, words)."""
+    found: list[tuple[int, list[str]]] = []
+    fenced = False
+    pending, pending_line = "", 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if fenced:
+            if not pending:
+                pending_line = number
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            found += [(pending_line, words) for words in _invocations(pending + line)]
+            pending = ""
+        else:
+            for match in CODE_SPAN.finditer(line):
+                found += [(number, words) for words in _invocations(match.group(2))]
+    return found
+
+
+def _invocations(line: str) -> list[list[str]]:
+    line = re.sub(r"^\s*[$>]\s+", "", line)
+    try:
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        tokens = list(lexer)
+    except ValueError:  # an unbalanced quote in an example: judge the plain words
+        tokens = line.split()
+    calls, at_start = [], True
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if re.fullmatch(r"[<>&|;()`]+", token):  # operators and redirections end a command
+            at_start = token not in (">", ">>", "<", "2>", "&>")
+        elif at_start and (token in SHELL_PREFIXES or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", token)):
+            pass
+        elif at_start and token in ("ars", "python", "python3") or at_start and token.endswith("/ars"):
+            end = i + 1
+            while end < len(tokens) and not re.fullmatch(r"[<>&|;()`]+", tokens[end]):
+                end += 1
+            words = tokens[i:end]
+            if words[0] in ("python", "python3"):
+                if len(words) > 1 and re.match(r"^(\./)?tools/[\w/]+\.py$", words[1]):
+                    calls.append(words)
+            else:
+                calls.append(["ars", *words[1:]])
+            i = end
+            continue
+        else:
+            at_start = False
+        i += 1
+    return calls
+
+
+def check_commands(text: str) -> list[tuple[int, str]]:
+    """(line, problem) for each shown command that does not exist or uses an unknown option."""
+    problems = []
+    for line, words in shown_commands(text):
+        message = check_invocation(words)
+        if message:
+            problems.append((line, message))
+    return problems
+
+
+def check_invocation(words: list[str]) -> str | None:
+    """Resolve an invocation through the `ars` click group in-process; None when it would run."""
+    from autoresearch_skills.cli import COMMANDS, cli
+
+    shown = " ".join(words)
+    if words[0] != "ars":  # python tools/x.py ...: the module must exist and be a registered tool
+        script = Path(words[1]).name
+        module = Path(words[1]).with_suffix("").name
+        if not (Path(__file__).resolve().parent / script).is_file():
+            return f"`{shown}`: tools/{script} does not exist"
+        names = [n for n, target in COMMANDS.items() if target.split(":")[0].endswith("." + module)]
+        words = ["ars", *names[:1], *words[2:]] if names else None
+        if words is None:
+            return None  # a tool with its own CLI (tmux_wait.py): existence is what we can check
+    command: click.Command = cli
+    ctx = click.Context(cli, info_name="ars")
+    path = ["ars"]
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            break
+        if word.startswith("-") and word != "-":
+            option, _, inline_value = word.partition("=")
+            param = _find_option(command, ctx, option)
+            if param is None:
+                return f"`{shown}`: `{' '.join(path)}` has no option {option}"
+            takes_value = not (param.is_flag or param.count) if isinstance(param, click.Option) else True
+            if takes_value and not inline_value:
+                value = words[i + 1] if i + 1 < len(words) else ""
+                bad = _bad_choice(param, value)
+                if bad:
+                    return f"`{shown}`: {option} {bad}"
+                i += 1
+            i += 1
+            continue
+        if isinstance(command, click.Group):
+            sub = command.get_command(ctx, word)
+            if sub is None:
+                return f"`{shown}`: `{' '.join(path)}` has no command {word!r}"
+            command, path = sub, [*path, word]
+            ctx = click.Context(sub, info_name=word, parent=ctx)
+        i += 1
+    try:
+        command.get_help(ctx)
+    except Exception as err:  # a broken help text is exactly what this check is for
+        return f"`{' '.join(path)} --help` fails: {err}"
+    return None
+
+
+def _find_option(command: click.Command, ctx: click.Context, option: str):
+    if option in ctx.help_option_names or option in ("-h", "--help"):
+        return click.Option(["--help"], is_flag=True)
+    for param in command.get_params(ctx):
+        if option in (*param.opts, *getattr(param, "secondary_opts", [])):
+            return param
+    return None
+
+
+def _bad_choice(param, value: str) -> str | None:
+    """A literal value outside a Choice (placeholders such as NAME, <x> or $X are not judged)."""
+    if not isinstance(param.type, click.Choice) or not value or re.search(r"[A-Z<>{}$]", value):
+        return None
+    if value not in param.type.choices:
+        return f"{value!r} is not one of {', '.join(param.type.choices)}"
+    return None
+
+
+# ---------------------------------------------------------------- command line
+
+
+@click.group("skills")
+def cli() -> None:
+    """The skill pack: install it into coding agents; check it against the Agent Skills spec.
+
+    \b
+    Examples:
+      ars skills install --agent all
+      ars skills install --agent claude --scope project --agents-md
+      ars skills check
+    """
+
+
+@cli.command("install")
+@click.option(
+    "--agent",
+    type=click.Choice(["claude", "codex", "all"]),
+    default="all",
+    show_default=True,
+    help="claude: .claude/skills; codex (and other Agent Skills clients): .agents/skills",
+)
+@click.option(
+    "--scope",
+    type=click.Choice(["user", "project"]),
+    default="user",
+    show_default=True,
+    help="user: under your home folder; project: under this git repository",
+)
+@click.option(
+    "--dest",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="install into DIR/<skill> instead (--agent and --scope then only pick the --agents-md file)",
+)
+@click.option("--link", is_flag=True, help="symlink files to this checkout instead of copying them")
+@click.option(
+    "--agents-md", is_flag=True, help="add a pointer to the skills in the project's CLAUDE.md / AGENTS.md"
+)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object")
+def install_cmd(
+    agent: str, scope: str, dest: Path | None, link: bool, agents_md: bool, as_json: bool
+) -> None:
+    """Install the skills where agents find them; re-running updates them in place.
+
+    Each skill becomes a self-contained folder: SKILL.md (links rewritten), evals.json and the
+    references and templates it links to. A folder of the same name that ars did not create is
+    never touched: the install stops with an error and writes nothing.
+
+    \b
+    Examples:
+      ars skills install --agent all                    # ~/.claude/skills and ~/.agents/skills
+      ars skills install --agent codex --scope project  # .agents/skills in this repository
+      ars skills install --link                         # a checkout: references stay live
+      ars skills install --dest /tmp/skills --json
+      ars skills install --scope project --agents-md    # and point CLAUDE.md / AGENTS.md at them
+    """
+    dest_dirs = destinations(agent, scope, dest)
+
+    def progress(item: Installed) -> None:
+        if not as_json:
+            click.echo(f"installed: {item.skill} -> {item.path} ({item.action}, {item.mode})")
+
+    done = install(dest_dirs, link=link, progress=progress)
+    notes: list[Path] = []
+    if agents_md:
+        agents = list(AGENT_FOLDERS) if agent == "all" else [agent]
+        shown_dirs = dest_dirs * len(agents) if dest is not None else dest_dirs
+        skills = sorted({item.skill for item in done})
+        notes = write_agent_note(project_root(), agents, shown_dirs, skills)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"installed": [asdict(item) for item in done], "notes": [str(n) for n in notes]}, indent=2
+            )
+        )
+        return
+    for note in notes:
+        click.echo(f"note: {note}")
+    click.echo(f"skills: {len({i.skill for i in done})} installed in {', '.join(str(d) for d in dest_dirs)}")
+
+
+@cli.command("check")
+@click.option(
+    "--dir",
+    "folder",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="a folder of skills, or one skill [default: the shipped skills/]",
+)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object")
+def check_cmd(folder: Path | None, as_json: bool) -> None:
+    """Check skills: Agent Skills spec, links, evals.json, and every `ars` command they show.
+
+    The spec is checked with the skills-ref validator; links must resolve (also once installed);
+    each `ars ...` in a code block must exist with the options shown. Exit 0: no problem;
+    1: one line per problem; 2: bad input.
+
+    \b
+    Examples:
+      ars skills check
+      ars skills check --dir ~/.claude/skills
+      ars skills check --dir skills/auto-research --json
+    """
+    names, problems = check(folder or source_root())
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"skills": names, "problems": [asdict(p) for p in problems], "ok": not problems}, indent=2
+            )
+        )
+    else:
+        for problem in problems:
+            click.echo(str(problem))
+        click.echo(f"checked: {len(names)} skills, {len(problems)} problems")
+    raise SystemExit(EXIT_NEGATIVE if problems else EXIT_OK)
+
+
+def main() -> None:
+    run_cli(cli, prog_name="skills.py")
+
+
+if __name__ == "__main__":
+    main()
