@@ -15,6 +15,9 @@ PLOT_FILES = {
     "tokens": "reward_vs_output_tokens.png",
 }
 DPI = 110
+BLUE, ORANGE = "#4878a8", "#e08a2c"
+DISCRETE_MAX_VALUES = 20  # at most this many distinct rewards: plot them as categories
+TOKEN_BINS = 30
 SCATTER_MAX_POINTS = 200_000  # beyond this a scatter is a blob; thin evenly, keep every task's share
 
 
@@ -31,6 +34,20 @@ def _png(figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()
+
+
+def _binned_means(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of y in up to TOKEN_BINS bins of x holding equal numbers of points."""
+    import numpy as np
+
+    if x.size == 0:
+        return x, y
+    edges = np.unique(np.quantile(x, np.linspace(0, 1, TOKEN_BINS + 1)))
+    which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, max(edges.size - 2, 0))
+    counts = np.bincount(which)
+    used = counts > 0
+    centers = np.bincount(which, weights=x)[used] / counts[used]
+    return centers, np.bincount(which, weights=y)[used] / counts[used]
 
 
 def render_plots(
@@ -52,19 +69,22 @@ def render_plots(
 
     figure = _figure()
     axes = figure.add_subplot()
-    distinct = np.unique(finite)
-    bins = distinct.size if 0 < distinct.size <= 20 else 50
-    axes.hist(finite, bins=bins, color="#4878a8", edgecolor="white")
-    axes.set(title=f"Reward per rollout{suffix}", xlabel="reward", ylabel="rollouts")
-    axes.text(0.99, 0.97, f"n={finite.size}  mean={finite.mean() if finite.size else float('nan'):.4f}",
-              transform=axes.transAxes, ha="right", va="top")  # fmt: skip
+    distinct, counts = np.unique(finite, return_counts=True)
+    if distinct.size <= DISCRETE_MAX_VALUES:  # 0/1 or a few grades: one bar per value, not bins
+        axes.bar([f"{v:g}" for v in distinct], counts, color=BLUE)
+    else:
+        axes.hist(finite, bins=50, color=BLUE, edgecolor="white")
+    mean = f"{finite.mean():.4f}" if finite.size else "-"
+    axes.set(
+        title=f"Reward per rollout{suffix}: n={finite.size}, mean={mean}", xlabel="reward", ylabel="rollouts"
+    )
     pngs[PLOT_FILES["histogram"]] = _png(figure)
 
     figure = _figure()
     axes = figure.add_subplot()
     means = np.sort(task_means[~np.isnan(task_means)])
-    axes.plot(np.arange(means.size), means, color="#4878a8", linewidth=1.2)
-    axes.fill_between(np.arange(means.size), means, alpha=0.25, color="#4878a8")
+    axes.plot(np.arange(means.size), means, color=BLUE, linewidth=1.2)
+    axes.fill_between(np.arange(means.size), means, alpha=0.25, color=BLUE)
     axes.set(
         title=f"Mean reward per task, sorted{suffix}",
         xlabel="task (sorted by mean reward)",
@@ -80,7 +100,16 @@ def render_plots(
             x, y = x[::step], y[::step]
         figure = _figure()
         axes = figure.add_subplot()
-        axes.scatter(x, y, s=4, alpha=0.3, color="#4878a8", rasterized=True, linewidths=0)
+        few = x.size < 2_000  # small runs get big opaque dots, big runs a faint cloud
+        discrete = np.unique(y).size <= DISCRETE_MAX_VALUES
+        # a little vertical jitter, so 0/1 rewards show as bands with visible density
+        jitter = np.random.default_rng(0).uniform(-0.03, 0.03, y.size) * (np.ptp(y) or 1) if discrete else 0
+        axes.scatter(x, y + jitter, s=14 if few else 3, alpha=0.7 if few else 0.15, color=BLUE,
+                     rasterized=True, linewidths=0, label="rollout")  # fmt: skip
+        centers, binned = _binned_means(x, y)
+        axes.plot(centers, binned, color=ORANGE, marker="o", markersize=3, linewidth=1.5,
+                  label="mean reward per output-token bin")  # fmt: skip
+        axes.legend(loc="best", fontsize="small")
         axes.set(
             title=f"Reward vs output tokens per rollout{suffix}", xlabel="output tokens", ylabel="reward"
         )

@@ -806,7 +806,9 @@ def run_profile(
         rewards = _require_metric(profile, "reward", "--plots")
         tokens = next((profile.metric_column(m) for m in OUTPUT_TOKEN_METRICS if m in profile.metrics), None)
         means = profile.stats.mean[:, profile.metrics.index("reward")]
-        pngs = render_plots(rewards, means, tokens, title=run.outputs["profile"].name.removesuffix(".jsonl"))
+        pngs = render_plots(
+            rewards, means, tokens, title=run.outputs["profile"].name.removesuffix("_reward_profiling.jsonl")
+        )
     staged = _Staged()
     try:
         with open(staged.path(run.outputs["profile"]), "wb") as handle:
