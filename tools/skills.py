@@ -288,14 +288,19 @@ def is_ours(folder: Path) -> bool:
 
 
 def install(
-    dest_dirs: list[Path], link: bool = False, skills_dir: Path | None = None, progress=None
+    dest_dirs: list[Path],
+    link: bool = False,
+    skills_dir: Path | None = None,
+    shared: dict[str, Path] | None = None,
+    progress=None,
 ) -> list[Installed]:
-    """Install every shipped skill into each folder of `dest_dirs`. Checks everything first:
-    a problem in a skill or a foreign folder in the way raises BadInput and nothing is written."""
+    """Install every skill of `skills_dir` (default: the shipped ones) into each folder of
+    `dest_dirs`. Checks everything first: a problem in a skill or a foreign folder in the way
+    raises BadInput and nothing is written."""
     sources = find_skills(skills_dir or source_root())
     if not sources:
         raise BadInput(f"no skills found in {skills_dir or source_root()}; reinstall autoresearch-skills")
-    plans = [plan_skill(src) for src in sources]
+    plans = [plan_skill(src, shared) for src in sources]
     for plan in plans:
         if plan.problems:
             raise BadInput(f"{plan.problems[0]}; fix it first (`ars skills check` lists every problem)")
@@ -602,6 +607,8 @@ def check_invocation(words: list[str]) -> str | None:
             i += 1
             continue
         if isinstance(command, click.Group):
+            if word in ("...", "\u2026"):  # "ars exp ...": any sub-command
+                break
             sub = command.get_command(ctx, word)
             if sub is None:
                 return f"`{shown}`: `{' '.join(path)}` has no command {word!r}"
