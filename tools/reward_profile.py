@@ -59,7 +59,10 @@ class _Results:
     masked: bytearray
     schemas: dict[tuple[str, ...], _Schema]
     float_metrics: set[str]
-    infos: list[bytes]  # rollout_infos entries, already JSON
+    # rollout_infos entries as JSON, end to end in one buffer (a bytes object each would cost
+    # orjson's 4 KB minimum allocation per rollout); row i is info_blob[info_end[i-1]:info_end[i]]
+    info_blob: bytearray
+    info_end: array
 
 
 @dataclass
@@ -131,12 +134,14 @@ class RewardProfile:
     row_rollout: np.ndarray
     row_rank: np.ndarray  # position of each measured rollout in (task, rollout) order
     row_agent: np.ndarray  # index into `agents`
-    row_infos: list[bytes]
+    info_blob: bytearray
+    row_info_start: np.ndarray  # byte range of each measured rollout's entry in info_blob
+    row_info_end: np.ndarray
     starts: np.ndarray  # first measured rollout of each group
     group_task: np.ndarray
     group_agent: np.ndarray  # index into `agents`
     group_expected: np.ndarray
-    group_samples: list[bytes]
+    group_samples: list[bytes]  # the raw input line of each group's sample
     stats: GroupedStats
     agents: list[Any]  # agent labels, sorted (None first)
     agent_entries: list[dict[str, Any]]
@@ -161,6 +166,8 @@ class RewardProfile:
         keys = [f"{stat}/{metric}" for stat in STATS for metric in self.metrics]
         sizes = self.group_sizes()
         ends = np.append(self.starts[1:], len(self.row_group))
+        blob = memoryview(self.info_blob)
+        info_start, info_end = self.row_info_start.tolist(), self.row_info_end.tolist()
         for first in range(0, self.num_groups, ROW_CHUNK):
             chunk = slice(first, first + ROW_CHUNK)
             columns = [_stat_lists(self.stats, stat, self.int_frame, chunk) for stat in STATS]
@@ -175,12 +182,15 @@ class RewardProfile:
                 if self.per_agent:
                     row[AGENT_REF] = {"name": self.agents[agents[offset]]}
                 num = int(sizes[g])
-                row["sample"] = orjson.Fragment(self.group_samples[g])
+                row["sample"] = orjson.Fragment(_sample(self.group_samples[g]))
                 row["num_rollouts"] = num
                 row["expected_num_rollouts"] = expected[offset]
                 row["missing_num_rollouts"] = expected[offset] - num
                 row["reward_profile_completion_pct"] = 100.0 * num / expected[offset]
-                infos = self.row_infos[int(self.starts[g]) : int(ends[g])]
+                first_row, end_row = int(self.starts[g]), int(ends[g])
+                infos = [
+                    blob[a:b] for a, b in zip(info_start[first_row:end_row], info_end[first_row:end_row])
+                ]
                 row["rollout_infos"] = orjson.Fragment(b"[" + b",".join(infos) + b"]")
                 yield orjson.dumps(row)
 
@@ -221,7 +231,7 @@ def read_results(path: Path, split_min_bytes: int = SPLIT_MIN_BYTES) -> _Results
 def _merge_results(first: _Results, second: _Results) -> _Results:
     import numpy as np
 
-    offset = len(first.infos)
+    offset = len(first.task)
     for names, schema in second.schemas.items():
         rows = array("q", (np.frombuffer(schema.rows, np.int64) + offset).tobytes())
         mine = first.schemas.get(names)
@@ -235,7 +245,10 @@ def _merge_results(first: _Results, second: _Results) -> _Results:
     first.line.extend(second.line)
     first.masked.extend(second.masked)
     first.float_metrics |= second.float_metrics
-    first.infos.extend(second.infos)
+    first.info_end.extend(
+        array("q", (np.frombuffer(second.info_end, np.int64) + len(first.info_blob)).tobytes())
+    )
+    first.info_blob += second.info_blob
     return first
 
 
@@ -251,19 +264,19 @@ def _read_results_span(
     task, rollout, line, masked = array("q"), array("q"), array("q"), bytearray()
     schemas: dict[tuple[str, ...], _Schema] = {}
     floats: set[str] = set()
-    infos: list[bytes] = []
+    info_blob, info_end = bytearray(), array("q")
     lines = iter_jsonl(path, label and f"{label} rollouts", True, start, end, first_line)
     for lineno, _raw, obj in lines:
         # Numbers are short: parse only short values, leave prompts and responses unparsed.
         fields = {k: decode(v) for k, v in obj.items() if len(v) <= MAX_SCALAR_BYTES}
         t, r = _indexes(fields, path, lineno)
-        row = len(infos)
+        row = len(info_end)
         task.append(t)
         rollout.append(r)
         line.append(lineno)
         if fields.get(MASK) or MASK in obj and MASK not in fields and decode(obj[MASK]):
             masked.append(1)
-            infos.append(b"")
+            info_end.append(len(info_blob))
             continue
         masked.append(0)
         # Top-level numbers (bools as 0/1), then the response's usage counts on top, as NeMo Gym merges them.
@@ -296,14 +309,15 @@ def _read_results_span(
                     if kind is float:
                         floats.add(k)
         info.update(top)
-        infos.append(dumps(info))
+        info_blob += dumps(info)
+        info_end.append(len(info_blob))
         names = tuple(values)
         schema = schemas.get(names)
         if schema is None:
             schema = schemas[names] = _Schema()
         schema.rows.append(row)
         schema.values.extend(values.values())
-    return _Results(task, rollout, line, masked, schemas, floats, infos)
+    return _Results(task, rollout, line, masked, schemas, floats, info_blob, info_end)
 
 
 def _usage(fields: dict, obj: dict, decode: Any, decode_object: Any) -> dict | None:
@@ -528,12 +542,12 @@ def profile_files(
     starts = group_starts(row_group)
 
     metrics, int_frame = _metric_order(results, res_ids, rows)
-    values = _values_matrix(results, metrics, len(results.infos))[rows]
+    values = _values_matrix(results, metrics, len(results.task))[rows]
     stats = grouped_stats(values, starts)
     first_inputs = row_input[starts]
-    group_samples = [
-        _sample(inputs.samples[(int(inputs.task[i]), int(inputs.run[i]))][1]) for i in first_inputs.tolist()
-    ]
+    group_samples = [inputs.samples[(inputs.task[i], inputs.run[i])][1] for i in first_inputs.tolist()]
+    info_end = np.frombuffer(results.info_end, np.int64)
+    info_start = np.concatenate([[0], info_end[:-1]]).astype(np.int64)
     row_agent = in_agent[row_input]
     profile = RewardProfile(
         metrics=metrics,
@@ -544,7 +558,9 @@ def profile_files(
         row_rollout=res_rollout[rows],
         row_rank=res_ids[rows],
         row_agent=row_agent,
-        row_infos=[results.infos[i] for i in rows.tolist()],
+        info_blob=results.info_blob,
+        row_info_start=info_start[rows],
+        row_info_end=info_end[rows],
         starts=starts,
         group_task=in_task[first_inputs],
         group_agent=in_agent[first_inputs],
@@ -594,7 +610,7 @@ def _metric_order(results: _Results, res_ids: np.ndarray, rows: np.ndarray) -> t
     in (task, rollout) order. Also whether every metric is an int in every measured rollout."""
     import numpy as np
 
-    rank = np.full(len(results.infos), np.iinfo(np.int64).max, dtype=np.int64)
+    rank = np.full(len(results.task), np.iinfo(np.int64).max, dtype=np.int64)
     rank[rows] = res_ids[rows]
     firsts = []
     for names, schema in results.schemas.items():
