@@ -637,7 +637,8 @@ def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as
 
     `last` reads backwards from the end and stops at the latest value; `best` and `series`
     read the whole file. Exit 0: found; 1: not found (the log's last 20 lines go to stderr,
-    to show why: a crash, an OOM, the wrong preset); 2: bad input.
+    to show why: a crash, an OOM, the wrong preset); 2: bad input. The lines each preset
+    reads are in references/metric-presets.md.
 
     \b
     Examples:
