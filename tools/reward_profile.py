@@ -38,6 +38,7 @@ MASK = "mask_sample"  # a result whose reward is not a measurement of the system
 KEY_SPAN = 1 << 32  # (task, rollout) -> one int while the rollout index fits in 32 bits
 MAX_LISTED_KEYS = 10
 SPLIT_MIN_BYTES = 32 << 20  # files this big are read by two processes (forking costs ~50 ms)
+NUMBER_TYPES = frozenset((int, float, bool))
 MAX_SCALAR_BYTES = 40  # longest JSON number a writer emits is ~24 bytes; longer values are text or objects
 ROW_CHUNK = 4096  # groups serialised per batch: bounds the Python objects alive at once
 OUTPUT_TOKEN_METRICS = ("output_tokens", "completion_tokens")  # Responses API, Chat Completions
@@ -258,80 +259,92 @@ def _read_results_span(
     import msgspec
     import orjson
 
+    class Response(msgspec.Struct):
+        usage: Any = None  # the rest of the response (output text, ...) is skipped unparsed
+
     dumps = orjson.dumps
     decode = value_decoder()
-    decode_object = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+    decode_response = msgspec.json.Decoder(Response).decode
     task, rollout, line, masked = array("q"), array("q"), array("q"), bytearray()
-    schemas: dict[tuple[str, ...], _Schema] = {}
-    floats: set[str] = set()
+    schemas: dict[tuple[tuple[str, ...], tuple[type, ...]], _Schema] = {}
     info_blob, info_end = bytearray(), array("q")
     lines = iter_jsonl(path, label and f"{label} rollouts", True, start, end, first_line)
     for lineno, _raw, obj in lines:
         # Numbers are short: parse only short values, leave prompts and responses unparsed.
         fields = {k: decode(v) for k, v in obj.items() if len(v) <= MAX_SCALAR_BYTES}
-        t, r = _indexes(fields, path, lineno)
+        t, r = fields.get(TASK), fields.get(ROLLOUT)
+        if type(t) is not int or type(r) is not int:
+            _indexes(fields, path, lineno)
         row = len(info_end)
         task.append(t)
         rollout.append(r)
         line.append(lineno)
-        if fields.get(MASK) or MASK in obj and MASK not in fields and decode(obj[MASK]):
+        if MASK in obj and (fields[MASK] if MASK in fields else decode(obj[MASK])):
             masked.append(1)
             info_end.append(len(info_blob))
             continue
         masked.append(0)
         # Top-level numbers (bools as 0/1), then the response's usage counts on top, as NeMo Gym merges them.
-        values: dict[str, Any] = {}
-        for k, v in fields.items():
-            kind = type(v)
-            if kind is float or kind is int:
-                if k[:1] != "_" and k != MASK:
-                    values[k] = v
-                    if kind is float:
-                        floats.add(k)
-            elif kind is bool and k[:1] != "_" and k != MASK:
-                values[k] = int(v)
-        top = dict(values)
-        top.pop("reward", None)
+        top = {
+            k: int(v) if v is True or v is False else v for k, v in fields.items() if type(v) in NUMBER_TYPES
+        }
+        for k in [k for k in top if k[:1] == "_" or k == MASK]:
+            del top[k]
         info: dict[str, Any] = {"rollout_id": f"{t}:{r}", TASK: t, ROLLOUT: r}
         if "reward" in obj:
-            info["reward"] = fields["reward"] if "reward" in fields else decode(obj["reward"])
-        usage = _usage(fields, obj, decode, decode_object)
-        if usage:
-            for k, v in usage.items():
-                kind = type(v)
-                if kind is bool:
-                    v = int(v)
-                elif kind is not int and kind is not float:
-                    continue  # nested details such as input_tokens_details
-                info[k] = v
-                if k[:1] != "_":
-                    values[k] = v
-                    if kind is float:
-                        floats.add(k)
+            reward = info["reward"] = fields["reward"] if "reward" in fields else decode(obj["reward"])
+        if "response" in fields:  # short enough to be parsed already: `null`, `{}`, ...
+            response = fields["response"]
+            usage = response.get("usage") if type(response) is dict else None
+        elif "response" in obj:
+            try:
+                usage = decode_response(obj["response"]).usage
+            except ValueError:  # a response that is not an object
+                usage = None
+        else:
+            usage = None
+        values = top
+        if type(usage) is dict and usage:
+            counts = {
+                k: int(v) if v is True or v is False else v
+                for k, v in usage.items()
+                if type(v) in NUMBER_TYPES
+            }
+            info.update(counts)
+            values = top | {k: v for k, v in counts.items() if k[:1] != "_"}
         info.update(top)
+        if "reward" in obj:
+            info["reward"] = reward  # as written, even when it is a bool or not a number
         info_blob += dumps(info)
         info_end.append(len(info_blob))
-        names = tuple(values)
-        schema = schemas.get(names)
+        vals = values.values()
+        key = (tuple(values), tuple(map(type, vals)))
+        schema = schemas.get(key)
         if schema is None:
-            schema = schemas[names] = _Schema()
+            schema = schemas[key] = _Schema()
         schema.rows.append(row)
-        schema.values.extend(values.values())
-    return _Results(task, rollout, line, masked, schemas, floats, info_blob, info_end)
+        schema.values.extend(vals)
+    return _Results(
+        task, rollout, line, masked, _by_names(schemas), _float_metrics(schemas), info_blob, info_end
+    )
 
 
-def _usage(fields: dict, obj: dict, decode: Any, decode_object: Any) -> dict | None:
-    """`response.usage` of a shallow result, parsed; None when absent or not an object."""
-    if "response" in fields:  # short enough to be parsed already: `null`, `{}`, ...
-        response = fields["response"]
-        usage = response.get("usage") if type(response) is dict else None
-    else:
-        try:
-            usage = decode_object(obj["response"]).get("usage")
-        except (KeyError, ValueError):  # no response, or one that is not an object
-            return None
-        usage = decode(usage) if usage is not None else None
-    return usage if type(usage) is dict else None
+def _by_names(
+    schemas: dict[tuple[tuple[str, ...], tuple[type, ...]], _Schema],
+) -> dict[tuple[str, ...], _Schema]:
+    """Merge schemas that differ only in value types (an int reward here, a float one there)."""
+    merged: dict[tuple[str, ...], _Schema] = {}
+    for (names, _kinds), schema in schemas.items():
+        if names in merged:
+            merged[names].rows.extend(schema.rows)
+            merged[names].values.extend(schema.values)
+        else:
+            merged[names] = schema
+    return merged
+
+
+def _float_metrics(schemas: dict[tuple[tuple[str, ...], tuple[type, ...]], _Schema]) -> set[str]:
+    return {name for names, kinds in schemas for name, kind in zip(names, kinds) if kind is float}
 
 
 def read_inputs(path: Path, measured: set, split_min_bytes: int = SPLIT_MIN_BYTES) -> _Inputs:
