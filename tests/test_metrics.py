@@ -181,9 +181,11 @@ def test_generic_reads_key_colon_and_key_equals_pairs():
     assert extract(log, metric="lr", mode="series")[0].value == 3.0e-4
 
 
-def test_generic_ignores_clock_times_and_version_numbers():
+def test_generic_ignores_clock_times_version_numbers_and_digit_groups():
     names = {s.name for s in extract(LOGS / "generic.log", mode="series")}
     assert "time" not in names and "version" not in names
+    progress = latest(LOGS / "karpathy.log")  # `tok/sec: 1,668,280` is not 1; karpathy reads it
+    assert "tok/sec" not in progress and progress["loss"].value == 3.2 and progress["mfu"].value == 39.8
 
 
 def test_pattern_with_one_capture_group(tmp_path):

@@ -52,7 +52,7 @@ PROGRESS_MIN_BYTES = 64 * 1024 * 1024  # forward reads of bigger files show prog
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?)"
 _KEY = r"[A-Za-z_][\w./@-]*"
 _UNIT = r"(?:%|ms|us|s|m|h|x|GB|GiB|MB|MiB)?"
-_END = r"(?![\w:]|\.\d)"  # not the start of 12:30:45, 1.2.3, 250ms or an identifier
+_END = r"(?![\w:]|[.,]\d)"  # not the start of 12:30:45, 1.2.3, 1,669,232, 250ms or an identifier
 _NP = r"(?:np\.\w+\()?"  # numpy 2 prints np.float64(0.53)
 
 
