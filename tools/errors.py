@@ -24,7 +24,7 @@ def run_cli(command: click.Command, prog_name: str) -> None:
     so we print the error and where to find help on one line.
     """
     try:
-        result = command.main(prog_name=prog_name, standalone_mode=False)
+        result = command.main(prog_name=prog_name, standalone_mode=False, help_option_names=["-h", "--help"])
     except click.exceptions.NoArgsIsHelpError as err:
         click.echo(err.ctx.get_help() if err.ctx else str(err))
         sys.exit(EXIT_OK)
