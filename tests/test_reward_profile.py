@@ -307,3 +307,16 @@ def test_out_dir_receives_outputs_and_rollouts_folder_stays_clean(tmp_path):
     ]
     assert sorted(p.name for p in source.iterdir()) == before
     assert f"Reward profiling outputs: {tmp_path / 'p' / 'X_reward_profiling.jsonl'}" in out
+
+
+def test_agent_with_every_result_masked_keeps_a_coverage_entry(tmp_path):
+    inputs, rollouts = collection(
+        tmp_path,
+        [input_row(0, 0, "a"), input_row(0, 1, "b")],
+        [result_row(0, 0, 1.0), result_row(0, 1, 0.0, mask_sample=True)],
+    )
+    assert profile(inputs, rollouts)[0] == 0
+    a, b = json.loads((tmp_path / "X_agent_metrics.json").read_text())
+    assert a["agent_ref"] == {"name": "a"} and a["mean/reward"] == 1.0
+    assert b["agent_ref"] == {"name": "b"} and not [k for k in b if k.startswith("mean/")]
+    assert (b["coverage/masked_rollouts"], b["coverage/fully_masked_tasks"]) == (1, 1)

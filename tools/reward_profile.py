@@ -533,8 +533,8 @@ def profile_files(
     # Quality metrics come from measured rollouts only; a masked rollout's input row leaves with it.
     in_measured = np.ones(len(in_task), dtype=bool)
     in_measured[res_input[masked]] = False
-    runs_measured = np.unique(in_run[in_measured])
-    labels = run_labels({inputs.run_keys[i]: inputs.run_agent[i] for i in runs_measured.tolist()})
+    # Every run is named, even one whose results were all masked: it still gets its coverage entry.
+    labels = run_labels(dict(zip(inputs.run_keys, inputs.run_agent)))
     agents = sorted({labels.get(key) for key in inputs.run_keys}, key=lambda a: (a is not None, str(a)))
     agent_rank = {agent: i for i, agent in enumerate(agents)}
     run_agent = np.array([agent_rank[labels.get(key)] for key in inputs.run_keys], dtype=np.int64)
