@@ -132,7 +132,6 @@ class RewardProfile:
     per_agent: bool  # some task ran under several agents: one row per (task, agent)
     values: np.ndarray  # (measured rollouts, metrics)
     row_group: np.ndarray  # group of each measured rollout
-    row_rollout: np.ndarray
     row_rank: np.ndarray  # position of each measured rollout in (task, rollout) order
     row_agent: np.ndarray  # index into `agents`
     info_blob: bytearray
@@ -165,8 +164,9 @@ class RewardProfile:
         from autoresearch_skills.profile_stats import STATS
 
         keys = [f"{stat}/{metric}" for stat in STATS for metric in self.metrics]
-        sizes = self.group_sizes()
-        ends = np.append(self.starts[1:], len(self.row_group))
+        sizes = self.group_sizes().tolist()
+        starts = self.starts.tolist()
+        ends = np.append(self.starts[1:], len(self.row_group)).tolist()
         blob = memoryview(self.info_blob)
         info_start, info_end = self.row_info_start.tolist(), self.row_info_end.tolist()
         for first in range(0, self.num_groups, ROW_CHUNK):
@@ -182,13 +182,13 @@ class RewardProfile:
                 row.update((k, v) for k, v in zip(keys, values) if v == v)  # v != v: NaN, no value
                 if self.per_agent:
                     row[AGENT_REF] = {"name": self.agents[agents[offset]]}
-                num = int(sizes[g])
+                num = sizes[g]
                 row["sample"] = orjson.Fragment(_sample(self.group_samples[g]))
                 row["num_rollouts"] = num
                 row["expected_num_rollouts"] = expected[offset]
                 row["missing_num_rollouts"] = expected[offset] - num
                 row["reward_profile_completion_pct"] = 100.0 * num / expected[offset]
-                first_row, end_row = int(self.starts[g]), int(ends[g])
+                first_row, end_row = starts[g], ends[g]
                 infos = [
                     blob[a:b] for a, b in zip(info_start[first_row:end_row], info_end[first_row:end_row])
                 ]
@@ -527,7 +527,6 @@ def profile_files(
 
     in_task = np.frombuffer(inputs.task, np.int64)
     in_run = np.frombuffer(inputs.run, np.int64)
-    res_rollout = np.frombuffer(results.rollout, np.int64)
     completion = _completion(in_task, in_run, in_ids, res_ids, int(masked.sum()))
 
     # Quality metrics come from measured rollouts only; a masked rollout's input row leaves with it.
@@ -568,7 +567,6 @@ def profile_files(
         per_agent=per_agent,
         values=values,
         row_group=row_group,
-        row_rollout=res_rollout[rows],
         row_rank=res_ids[rows],
         row_agent=row_agent,
         info_blob=results.info_blob,
