@@ -47,6 +47,12 @@ def test_compare_finds_improved_regressed_and_newly_solved_tasks(tmp_path):
     ]
     assert report["newly_solved"] == [{"_ng_task_index": 0}]
     assert report["newly_unsolved"] == [{"_ng_task_index": 2}]
+    assert [(c["_ng_task_index"], c["delta"]) for c in report["per_task"]] == [
+        (0, 0.25),
+        (1, 0.5),
+        (2, -0.25),
+        (3, 0.0),
+    ]
     assert report["mean_reward_before"] == 0.3125 and report["mean_reward_after"] == 0.4375
     assert report["summary"] == (
         "summary: 4 tasks in both; mean reward 0.3125 -> 0.4375 (+0.1250); 2 improved, 1 regressed, "

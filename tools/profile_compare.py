@@ -132,6 +132,7 @@ class Comparison:
             "most_regressed": [c.to_dict() for c in self.most_regressed()],
             "newly_solved": [_key_dict(k) for k in self.newly_solved],
             "newly_unsolved": [_key_dict(k) for k in self.newly_unsolved],
+            "per_task": [c.to_dict() for c in sorted(self.changes, key=lambda c: _sort_key(c.key))],
             "summary": self.summary_line(),
         }
 
