@@ -2,18 +2,31 @@
 
 A run's durable state lives in a small JSON file beside its log (`<log>.run.json`), so a
 second process (`ars status`, `ars cancel`, a resumed campaign) can find and judge it later.
+The process that owns the run (the supervisor, see supervise.py) is the only writer while it
+lives; readers always reload the file rather than trust a Run object they were handed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+import re
+import shlex
+import shutil
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal, Protocol
 
 StateName = Literal["pending", "running", "exited", "timeout", "cancelled", "lost"]
 FINISHED: frozenset[str] = frozenset({"exited", "timeout", "cancelled", "lost"})
+
+# What `ars run` exits with when the command did not simply exit (coreutils `timeout` uses 124
+# and 125 the same way, so shell scripts written for it keep working).
+EXIT_TIMEOUT = 124
+EXIT_LOST = 125
+EXIT_CANCELLED = 130
+
+ENV_FILE_SUFFIX = ".env"  # beside the run file: the caller's environment for a tmux pane (0600, read once)
 
 
 @dataclass
@@ -21,7 +34,7 @@ class RunSpec:
     command: list[str] | str  # a list is run as is; a string through `bash -c`
     log_path: Path
     cwd: Path | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # added to the caller's environment
     timeout: float | None = None  # seconds; SIGTERM to the whole tree, grace, SIGKILL
     grace: float = 10.0
     name: str = "run"  # human name; launchers derive session/job names from it
@@ -29,39 +42,72 @@ class RunSpec:
 
 
 @dataclass
-class Run:
-    launcher: str  # "local" | "tmux" | "slurm"
-    run_id: str  # pid, tmux session name, or Slurm job id
-    log_path: str
-    state_path: str  # the JSON file this record is saved in
-    name: str
-    command: str
-    started_at: str  # ISO 8601 with offset
-    timeout: float | None = None
-    deadline: float | None = None  # time.time() at which the timeout fires
-    extra: dict = field(default_factory=dict)  # launcher-specific: pgid, socket, exit file ...
-
-    def save(self) -> None:
-        """Atomic replace: a reader never sees half a file."""
-        path = Path(self.state_path)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Run:
-        return cls(**json.loads(Path(path).read_text()))
-
-
-@dataclass
 class State:
     name: StateName
-    exit_code: int | None = None
+    exit_code: int | None = None  # the command's status, shell style (128+N when killed by signal N)
     detail: str = ""
 
     @property
     def finished(self) -> bool:
         return self.name in FINISHED
+
+    @property
+    def shell_status(self) -> int:
+        """What `ars run` exits with: the command's status, 124 timeout, 130 cancelled, 125 lost."""
+        if self.name == "timeout":
+            return EXIT_TIMEOUT
+        if self.name == "cancelled":
+            return EXIT_CANCELLED
+        if self.name == "exited" and self.exit_code is not None:
+            return self.exit_code & 0xFF
+        return EXIT_LOST
+
+
+@dataclass
+class Run:
+    launcher: str  # "local" | "tmux" | "slurm"
+    run_id: str  # local: name + token; tmux: the session name; Slurm: the job id
+    log_path: str
+    state_path: str  # the JSON file this record is saved in
+    name: str
+    command: str  # for people: the shell form of argv
+    started_at: str  # ISO 8601 with offset
+    timeout: float | None = None
+    deadline: float | None = None  # time.time() at which the timeout fires
+    extra: dict = field(default_factory=dict)  # launcher-specific: pids, session, channel, exit file ...
+    argv: list[str] = field(default_factory=list)  # what is executed
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to the caller's environment
+    grace: float = 10.0
+    state: str = "pending"  # last recorded state; final once in FINISHED
+    exit_code: int | None = None
+    detail: str = ""
+    ended_at: str | None = None
+
+    def save(self) -> None:
+        """Atomic replace: a reader never sees half a file. No fsync: the waiter's latency
+        matters more than surviving a power cut, and readers judge live processes anyway."""
+        path = Path(self.state_path)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Run:
+        """Read a run file; keys this version does not know are ignored (newer writers)."""
+        data = json.loads(Path(path).read_text())
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def reload(self) -> Run:
+        """The current record on disk (another process may have finished the run meanwhile)."""
+        try:
+            return Run.load(self.state_path)
+        except (OSError, ValueError, TypeError):
+            return self
+
+    def recorded_state(self) -> State:
+        return State(self.state, self.exit_code, self.detail)  # type: ignore[arg-type]
 
 
 class Launcher(Protocol):
@@ -80,3 +126,20 @@ class Launcher(Protocol):
 
 def state_path_for(log_path: str | Path) -> Path:
     return Path(str(log_path) + ".run.json")
+
+
+def argv_for(command: list[str] | str) -> list[str]:
+    """A list runs as is; a string is a shell command line (pipes, redirections, `&&`)."""
+    if isinstance(command, str):
+        return [shutil.which("bash") or "/bin/sh", "-c", command]
+    return [str(part) for part in command]
+
+
+def display_command(command: list[str] | str) -> str:
+    return command if isinstance(command, str) else shlex.join(str(part) for part in command)
+
+
+def slug(text: str, limit: int = 60) -> str:
+    """A name safe everywhere (tmux session, file name, job name): letters, digits, `_`, `-`."""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_-")
+    return cleaned[:limit].rstrip("_-") or "run"

@@ -1,0 +1,305 @@
+"""The supervisor: the one process that owns a run from its start to its end.
+
+    python -m autoresearch_skills.launch.supervise [--detach] [--echo] RUN_FILE
+
+It reads the run file the launcher wrote, starts the command in a new session (its own
+process group, stdin from /dev/null, stdout+stderr appended to the log), records the pids,
+then sleeps until the command exits, the deadline passes, or it is asked to stop (SIGTERM from
+`ars cancel`, SIGINT from Ctrl-C in a tmux pane, SIGHUP from a killed tmux session). Then it
+stops whatever is left of the tree, records the final state (atomic replace), writes the exit
+file and signals the tmux channel when the run has them, and exits with the run's shell status
+(so a dead tmux pane shows it too).
+
+--detach  local launcher: fork away from the caller, print "ready" once the command runs, close stdout.
+--echo    tmux launcher: the supervisor is the pane's process; it copies the log into the pane, so
+          a person who attaches sees the output, and ends with a line saying how the run ended.
+
+As a child subreaper (Linux) it inherits every orphan of the tree, so a grandchild that
+double-forked or called setsid is still found and stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from autoresearch_skills.clock import format_duration, now_iso
+from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, Run, State
+from autoresearch_skills.launch.proctree import kill_tree, start_time
+
+ECHO_EVERY = 0.25  # seconds between copies of new log bytes into the tmux pane
+ECHO_MAX = 1 << 20  # the pane is a view: when it falls further behind, skip ahead (the log has it all)
+REAP_AFTER_KILL = 5.0  # a process stuck in the kernel (D state) may outlive SIGKILL for a while
+
+STOP_REASONS = {
+    "SIGTERM": "SIGTERM (`ars cancel` or a kill)",
+    "SIGINT": "SIGINT (Ctrl-C in the tmux pane)",
+    "SIGHUP": "SIGHUP (the tmux session or its server was closed)",
+}
+
+
+def shell_status(code: int) -> int:
+    """Popen's -N (killed by signal N) as a shell reports it: 128+N."""
+    return 128 - code if code < 0 else code
+
+
+class Supervisor:
+    def __init__(self, run: Run, echo: bool = False, detach: bool = False):
+        self.run = run
+        self.echo = echo
+        self.detach = detach
+        self.child_pid = 0
+        self.status: int | None = None  # the command's shell status once reaped
+        self.stop_reason = ""  # name of the signal that asked us to stop
+        self.began = time.monotonic()
+        self.log_fd = -1
+        self.echo_file = None
+        self.wake_r, self.wake_w = os.pipe()
+
+    # -- set-up -----------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        # Signals only set a flag and write a byte to the wake-up pipe that select() watches,
+        # so none is lost between checks and the loop never polls.
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._asked_to_stop)
+
+    def _asked_to_stop(self, signum: int, _frame: object) -> None:
+        self.stop_reason = self.stop_reason or signal.Signals(signum).name
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        handed_over = Path(self.run.state_path + ENV_FILE_SUFFIX)
+        if handed_over.exists():
+            try:
+                env = {**json.loads(handed_over.read_text()), **_tmux_vars(os.environ)}
+            finally:
+                handed_over.unlink(missing_ok=True)
+        env["PYTHONUNBUFFERED"] = "1"  # print() reaches the log at once, not at exit
+        env.update(self.run.env)
+        return env
+
+    # -- the run ----------------------------------------------------------------
+
+    def main(self) -> int:
+        self._install_signals()
+        _become_subreaper()
+        run = self.run
+        self.log_fd = os.open(run.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        if self.echo:
+            self.echo_file = open(run.log_path, "rb")  # noqa: SIM115 (read along for the whole run)
+            self._pane(f"[ars] {run.name}: {run.command}\n[ars] log: {run.log_path}\n")
+        try:
+            proc = subprocess.Popen(
+                run.argv,
+                stdin=subprocess.DEVNULL,  # unattended: a prompt fails fast instead of hanging to the timeout
+                stdout=self.log_fd,
+                stderr=self.log_fd,
+                cwd=run.cwd,
+                env=self._environment(),
+                start_new_session=True,
+            )
+        except OSError as err:
+            what = f"{err.strerror}: {err.filename}" if err.filename else str(err)
+            self._note(f"cannot start the command: {what}")
+            self._record_start(0)
+            code = 127 if isinstance(err, FileNotFoundError) else 126  # as a shell reports it
+            return self._finish(State("exited", code, f"cannot start the command: {what}"))
+        self.child_pid = proc.pid
+        self._record_start(proc.pid)
+        os.chdir("/")  # hold no directory busy for the length of the run
+        try:
+            state = self._supervise()
+        except Exception as err:  # whatever happens here, no process of the run survives us
+            self._note(f"supervisor error: {err!r}\n{traceback.format_exc()}")
+            self._kill("supervisor error")
+            state = State("lost", self.status, f"supervisor error: {err!r}")
+        proc.returncode = self.status  # reaped by us; keeps Popen from reaping again
+        return self._finish(state)
+
+    def _record_start(self, pid: int) -> None:
+        run = self.run
+        run.extra.update(
+            supervisor_pid=os.getpid(),
+            supervisor_start=start_time(os.getpid()),
+            pid=pid,
+            pgid=pid,  # start_new_session: the command leads its own group
+            pid_start=start_time(pid) if pid else None,
+        )
+        if "TMUX" in os.environ:  # inside a pane: the exact server, whatever -L/-S the caller used
+            run.extra["tmux_socket"] = os.environ["TMUX"].split(",")[0]
+        now = time.time()
+        self.began = time.monotonic()
+        run.started_at = now_iso()
+        run.deadline = now + run.timeout if run.timeout else None
+        run.state = "running"
+        run.save()
+        if self.detach:  # tell the launcher we run, then let go of its pipe
+            os.write(1, b"ready\n")
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+
+    def _supervise(self) -> State:
+        run = self.run
+        deadline = time.monotonic() + (run.deadline - time.time()) if run.deadline else None
+        while True:
+            self._reap()
+            if self.status is not None:
+                break
+            if self.stop_reason:
+                why = STOP_REASONS.get(self.stop_reason, self.stop_reason)
+                self._kill(f"cancelled: {why}")
+                return State("cancelled", self.status, why)
+            remaining = deadline - time.monotonic() if deadline is not None else None
+            if remaining is not None and remaining <= 0:
+                limit = format_duration(run.timeout or 0)
+                self._kill(f"timeout after {limit}")
+                return State("timeout", self.status, f"killed after the {limit} timeout")
+            if self.echo:
+                remaining = ECHO_EVERY if remaining is None else min(remaining, ECHO_EVERY)
+            select.select([self.wake_r], [], [], remaining)
+            _drain(self.wake_r)
+            self._copy_to_pane()
+        # The command ended; background processes it left behind (dataloader workers, a
+        # forgotten `&`) would hold GPUs and memory while the next run starts.
+        left = kill_tree([os.getpid()], [self.child_pid], run.grace, reap=self._reap)
+        if left:
+            self._note(f"stopped {len(left)} process(es) the command left running")
+        return State("exited", self.status)
+
+    def _kill(self, why: str) -> None:
+        self._note(f"{why}: stopping the process tree (SIGTERM, then SIGKILL after {self.run.grace:g}s)")
+        kill_tree([os.getpid()], [self.child_pid], self.run.grace, reap=self._reap)
+        give_up = time.monotonic() + REAP_AFTER_KILL
+        while self.status is None and time.monotonic() < give_up:
+            self._reap()
+            time.sleep(0.02)
+
+    def _reap(self) -> None:
+        """Collect exited children: the command, and orphans we inherited as subreaper."""
+        while True:
+            try:
+                pid, raw = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.child_pid:
+                self.status = shell_status(os.waitstatus_to_exitcode(raw))
+
+    def _finish(self, state: State) -> int:
+        run = self.run
+        self._copy_to_pane()
+        run.state, run.exit_code, run.detail, run.ended_at = (
+            state.name,
+            state.exit_code,
+            state.detail,
+            now_iso(),
+        )
+        run.save()
+        status = state.exit_code if state.exit_code is not None else state.shell_status
+        exit_file = run.extra.get("exit_file")
+        if exit_file:  # "STATUS STATE": what `tmux_wait.py` reads without parsing JSON
+            tmp = Path(exit_file).with_name(f".{Path(exit_file).name}.tmp{os.getpid()}")
+            tmp.write_text(f"{status} {state.name}\n")
+            os.replace(tmp, exit_file)
+        channel = run.extra.get("channel")
+        if channel:
+            socket = run.extra.get("tmux_socket")
+            subprocess.run(
+                ["tmux", *(["-S", socket] if socket else []), "wait-for", "-S", channel],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=10,
+                check=False,
+            )
+        elapsed = format_duration(time.monotonic() - self.began)
+        self._pane(f"[ars] run ended: {state.name}, status {status}, after {elapsed}\n")
+        return state.shell_status
+
+    # -- output -----------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        """A line in the log, so whoever reads its tail sees why the run stopped."""
+        if self.log_fd >= 0:
+            os.write(self.log_fd, f"\n[ars] {text}\n".encode())
+
+    def _pane(self, text: str) -> None:
+        if not self.echo:
+            return
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError:
+            self.echo = False  # the pane is gone (killed session): nobody to show it to
+
+    def _copy_to_pane(self) -> None:
+        if not (self.echo and self.echo_file):
+            return
+        try:
+            size = os.fstat(self.echo_file.fileno()).st_size
+            behind = size - self.echo_file.tell()
+            if behind > ECHO_MAX:
+                self.echo_file.seek(size - ECHO_MAX // 4)
+                sys.stdout.write(
+                    f"\n[ars] ... {behind - ECHO_MAX // 4} bytes not shown here; the log has them\n"
+                )
+            data = self.echo_file.read(ECHO_MAX)
+            if data:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+        except OSError:
+            self.echo = False
+
+
+def _tmux_vars(environ: os._Environ | dict) -> dict[str, str]:
+    return {key: environ[key] for key in ("TMUX", "TMUX_PANE") if key in environ}
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _become_subreaper() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass  # without it, orphans are still found through the process group
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m autoresearch_skills.launch.supervise")
+    parser.add_argument("run_file")
+    parser.add_argument("--detach", action="store_true")
+    parser.add_argument("--echo", action="store_true")
+    args = parser.parse_args(argv)
+    if args.detach and os.fork():
+        os._exit(0)  # the launcher reaps this parent at once; the run lives on in the child
+    sys.exit(Supervisor(Run.load(args.run_file), echo=args.echo, detach=args.detach).main())
+
+
+if __name__ == "__main__":
+    main()

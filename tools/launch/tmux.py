@@ -1,0 +1,182 @@
+"""The tmux launcher: one detached session per run, the supervisor as the pane's process.
+
+The pane runs `python -m autoresearch_skills.launch.supervise --echo RUN_FILE`: the same
+supervisor as the local launcher (same timeout, same tree killing, same run file), which also
+copies the log into the pane, so a person who attaches sees the output, and the pane stays
+readable after the end (`remain-on-exit on`) for post-mortems. When the run ends the supervisor
+writes `<log>.exit` ("STATUS STATE") and signals `tmux wait-for -S <channel>`. The session
+carries what a waiter needs as user options, so `tmux_wait.py SESSION` works from the name alone:
+
+    @ars_channel  @ars_exit_file  @ars_run_file  @ars_log
+
+Socket handling, decided once: `socket` is a `-L` name, or a `-S` path when it contains a `/`;
+none means tmux's default (or the server we run inside). The supervisor records the server's
+exact socket path in the run file, and every later call (status, cancel, signal) uses `-S PATH`.
+
+Every value reaches tmux as its own argv element, never through a shell. tmux itself splits
+commands at an argument that ends in `;`; `arg()` escapes that, so no name or value can end a
+command early.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, FINISHED, Run, RunSpec, State, slug
+from autoresearch_skills.launch.local import SUPERVISOR, LocalLauncher, prepare_run, record
+from autoresearch_skills.launch.runindex import remember
+
+PANE_SIZE = ("200", "50")  # columns, rows of a detached session: wide enough for log lines
+START_TIMEOUT = 120.0  # seconds for the supervisor in the pane to start the command
+
+
+class Then:
+    """The separator between chained tmux commands (a bare `;` argument)."""
+
+
+THEN = Then()
+
+
+def arg(value: str) -> str:
+    """`value` as one literal tmux argument: a trailing `;` would otherwise end the command."""
+    return value[:-1] + "\\;" if value.endswith(";") else value
+
+
+def socket_args(socket: str | None) -> list[str]:
+    if not socket:
+        return []
+    return ["-S", socket] if "/" in socket else ["-L", socket]
+
+
+class Tmux:
+    """A tmux server: `-L name`, `-S path`, or the default. Calls plain `tmux` (a few ms each)."""
+
+    def __init__(self, socket: str | None = None, socket_path: str | None = None):
+        if socket_path:  # -S with a bare file name: still a path, not a -L name
+            socket = os.path.abspath(socket_path)
+        self.socket = socket
+        self.prefix = ["tmux", *socket_args(socket)]
+
+    @classmethod
+    def for_run(cls, run: Run) -> Tmux:
+        return cls(run.extra.get("tmux_socket") or run.extra.get("socket"))
+
+    def __call__(self, *args: str | Then, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        argv = [";" if a is THEN else arg(str(a)) for a in args]
+        return subprocess.run(
+            [*self.prefix, *argv],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def option(self, session: str, name: str) -> str | None:
+        result = self("show-options", "-q", "-v", "-t", session_target(session), name)
+        value = result.stdout.rstrip("\n")
+        return value if result.returncode == 0 and value else None
+
+
+def session_target(session: str) -> str:
+    """Exact match of a session (tmux would otherwise take a unique prefix), its active pane."""
+    return f"={session}:"
+
+
+class TmuxLauncher(LocalLauncher):
+    name = "tmux"
+
+    def __init__(self, socket: str | None = None, **options: object):
+        super().__init__(**options)
+        self.tmux = Tmux(socket)
+
+    def start(self, spec: RunSpec) -> Run:
+        base = slug(spec.name, 50)
+        run = prepare_run(spec, self.name, base)
+        run.extra.update(socket=self.tmux.socket, exit_file=run.log_path + ".exit")
+        Path(run.extra["exit_file"]).unlink(missing_ok=True)
+        for attempt in range(1, 1000):  # a taken name gets -2, -3 ...: never reuse a live session
+            session = base if attempt == 1 else f"{base}-{attempt}"
+            run.run_id = session
+            run.extra.update(session=session, channel=f"ars-{session}-{os.urandom(4).hex()}")
+            run.save()
+            _hand_over_environment(run)
+            result = self._new_session(run)
+            if result.returncode == 0:
+                break
+            Path(run.state_path + ENV_FILE_SUFFIX).unlink(missing_ok=True)
+            if "duplicate session" not in result.stderr:
+                raise RuntimeError(f"tmux could not start session {session!r}: {result.stderr.strip()}")
+        self._wait_until_started(run)
+        remember(run)
+        return run.reload()
+
+    def _new_session(self, run: Run) -> subprocess.CompletedProcess[str]:
+        session, target = run.extra["session"], session_target(run.extra["session"])
+        options = {
+            "@ars_run_file": run.state_path,
+            "@ars_exit_file": run.extra["exit_file"],
+            "@ars_channel": run.extra["channel"],
+            "@ars_log": run.log_path,
+        }
+        chained: list[str | Then] = []
+        for key, value in options.items():
+            chained += [THEN, "set-option", "-t", target, key, value]
+        # One tmux invocation: remain-on-exit is set before the server can notice any exit.
+        return self.tmux(
+            "new-session", "-d", "-s", session, "-x", PANE_SIZE[0], "-y", PANE_SIZE[1], "-c", run.cwd or "/",
+            "--", sys.executable, "-m", SUPERVISOR, "--echo", run.state_path,
+            THEN, "set-option", "-w", "-t", target, "remain-on-exit", "on",
+            *chained,
+        )  # fmt: skip
+
+    def _wait_until_started(self, run: Run) -> None:
+        give_up = time.monotonic() + START_TIMEOUT
+        checked_pane = time.monotonic()
+        while time.monotonic() < give_up:
+            if run.reload().state != "pending":
+                return
+            if time.monotonic() - checked_pane > 0.5:
+                checked_pane = time.monotonic()
+                dead = self.tmux("display-message", "-p", "-t", session_target(run.run_id), "#{pane_dead}")
+                if dead.stdout.strip() != "0" and run.reload().state == "pending":
+                    pane = self.tmux("capture-pane", "-p", "-t", session_target(run.run_id)).stdout.strip()
+                    record(run, State("lost", None, "the supervisor failed to start in the pane"))
+                    raise RuntimeError(
+                        f"the run supervisor failed in tmux session {run.run_id}: {pane[-2000:]}"
+                    )
+            time.sleep(0.01)
+        raise RuntimeError(
+            f"the run supervisor in tmux session {run.run_id} did not start within {START_TIMEOUT:g}s"
+        )
+
+
+def read_exit_file(path: str | None) -> State | None:
+    """The "STATUS STATE" line the supervisor writes at the end; a bare status means exited."""
+    if not path:
+        return None
+    try:
+        words = Path(path).read_text().split()
+    except OSError:
+        return None
+    if not words or not words[0].lstrip("-").isdigit():
+        return None
+    name = words[1] if len(words) > 1 and words[1] in FINISHED else "exited"
+    return State(name, int(words[0]))  # type: ignore[arg-type]
+
+
+def _hand_over_environment(run: Run) -> None:
+    """The pane would get the tmux server's environment; the run gets the caller's, as with the
+    local launcher. Passed in a private file (not `new-session -e`: tmux caps a command at
+    16 KB, and cluster environments exceed that), which the supervisor deletes on reading."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+    path = Path(run.state_path + ENV_FILE_SUFFIX)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(env, handle)

@@ -1,0 +1,317 @@
+"""Wait for the command in a tmux session to end, and not a moment longer than needed.
+
+    python tools/tmux_wait.py SESSION SECONDS [-L NAME | -S PATH] [--json]
+    ars wait SESSION SECONDS ...
+
+Exit codes (the seed skill's contract): 0 = SECONDS passed and the command still runs;
+1 = the command ended (`exit_status: N` when known) or the session is gone; 2 = bad input.
+
+Sessions started by `ars run --launcher tmux` carry `@ars_channel` and `@ars_exit_file`:
+the waiter blocks in `tmux wait-for CHANNEL`, which the run's supervisor signals as it ends
+(a few ms from exit to return), and never trusts the signal alone: the exit file is read
+before blocking (the run may have ended already) and re-read, together with the pane process,
+every second; tmux itself is asked every few seconds whether the pane is dead or the session
+gone. So a lost signal costs at most a second, never a hang.
+
+Other sessions (a person's own tmux) are polled from /proc, five times a second, at almost no
+cost: an interactive shell in the pane is "running" while it has child processes (`bash
+train.sh` shows as `bash` in `pane_current_command`, an ended remote job still as `ssh`, so
+that is no guide); a pane whose process is the job itself runs until that process exits.
+
+SESSION may also be a run's log path or `.run.json` (any launcher, local runs included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
+from autoresearch_skills.launch.proctree import alive, children
+from autoresearch_skills.launch.tmux import Tmux, read_exit_file, session_target
+
+RECHECK = 5.0  # seconds between tmux queries that do not rely on the signal
+CHEAP_CHECK = 1.0  # seconds between reads of the exit file and the pane process (no fork)
+FOREIGN_POLL = 0.2  # seconds between /proc checks of a session not started by ars
+SHELLS = frozenset({"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"})
+PANE_FORMAT = "\t".join(
+    ["#{session_name}", "#{pane_id}", "#{pane_pid}", "#{pane_dead}", "#{pane_dead_status}"]
+    + ["#{@ars_channel}", "#{@ars_exit_file}"]
+)
+
+
+@dataclass
+class WaitResult:
+    target: str
+    state: str  # running | exited | timeout | cancelled | lost | ended (status unknown) | gone
+    exit_status: int | None = None
+    waited: float = 0.0
+    kind: str = "ars"  # ars (signalled), foreign (polled), run (a run file, any launcher)
+    detail: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("running", "pending")
+
+
+@dataclass
+class Pane:
+    session: str
+    pane_id: str
+    pid: int
+    dead: bool
+    dead_status: int | None
+    channel: str
+    exit_file: str
+
+
+def query(tmux: Tmux, target: str) -> Pane | None:
+    """One `display-message` call: the pane behind `target`, or None when it is gone."""
+    try:
+        result = tmux("display-message", "-p", "-t", target, PANE_FORMAT, timeout=10)
+    except subprocess.TimeoutExpired:
+        return None
+    fields = result.stdout.rstrip("\n").split("\t")
+    if result.returncode != 0 or len(fields) < 7 or not fields[0] or not fields[2].isdigit():
+        return None  # tmux answers an unknown target with an empty line and status 0
+    status = fields[4]
+    return Pane(
+        session=fields[0],
+        pane_id=fields[1],
+        pid=int(fields[2]),
+        dead=fields[3] == "1",
+        dead_status=int(status) if status.lstrip("-").isdigit() else None,
+        channel=fields[5],
+        exit_file=fields[6],
+    )
+
+
+def resolve_target(target: str) -> str:
+    """A plain session name matches exactly (tmux would take a prefix); `s:1.0`, `%3` pass as given."""
+    if target.startswith("=") or any(c in target for c in ":.%$@"):
+        return target
+    return session_target(target)
+
+
+def wait_session(
+    target: str,
+    seconds: float,
+    socket: str | None = None,
+    socket_path: str | None = None,
+    recheck: float = RECHECK,
+) -> WaitResult:
+    """Wait up to `seconds` for the command in a tmux session (or pane) to end."""
+    began = time.monotonic()
+    deadline = began + seconds
+    tmux = Tmux(socket, socket_path)
+    pane = query(tmux, resolve_target(target))
+    if pane is None:
+        result = WaitResult(target, "gone", kind="foreign", detail="no such session (or no tmux server)")
+    elif pane.channel:
+        result = _wait_ars(tmux, pane, deadline, recheck)
+    else:
+        result = _wait_foreign(tmux, pane, deadline, recheck)
+    result.target, result.waited = target, time.monotonic() - began
+    return result
+
+
+def _pane_ended(pane: Pane | None, kind: str) -> WaitResult | None:
+    if pane is None:
+        return WaitResult("", "gone", kind=kind, detail="the session was closed")
+    if pane.dead:
+        return WaitResult("", "exited", pane.dead_status, kind=kind, detail="the pane's process exited")
+    return None
+
+
+def _wait_ars(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitResult:
+    def ended() -> WaitResult | None:
+        state = read_exit_file(pane.exit_file)
+        return WaitResult("", state.name, state.exit_code) if state else None
+
+    result = ended() or _pane_ended(pane, "ars")
+    if result:
+        return result
+    waiter = _block_on(tmux, pane.channel)
+    trust_pid = True
+    try:
+        result = ended()  # the run may have ended while the waiter started
+        now = time.monotonic()
+        next_cheap, next_tmux = now + min(CHEAP_CHECK, recheck), now + recheck
+        while result is None:
+            now = time.monotonic()
+            if now >= deadline:
+                return WaitResult("", "running")
+            ready, _, _ = select.select(
+                [waiter.stdout], [], [], max(0.0, min(deadline, next_cheap, next_tmux) - now)
+            )
+            if ready:  # signalled, or the tmux server went away
+                waiter.wait()
+                waiter.stdout.close()
+                result = ended() or _pane_ended(query(tmux, pane.pane_id), "ars")
+                if result is None:  # a signal without an exit file: keep waiting
+                    waiter = _block_on(tmux, pane.channel)
+                continue
+            now = time.monotonic()
+            if now >= next_cheap:
+                next_cheap = now + min(CHEAP_CHECK, recheck)
+                result = ended()
+                if result is None and trust_pid and not alive(pane.pid):
+                    result = _pane_ended(query(tmux, pane.pane_id), "ars")
+                    trust_pid = result is not None  # a pane pid from another pid namespace
+            if result is None and now >= next_tmux:
+                next_tmux = now + recheck
+                result = ended() or _pane_ended(query(tmux, pane.pane_id), "ars")
+        return result
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+        waiter.stdout.close()
+
+
+def _block_on(tmux: Tmux, channel: str) -> subprocess.Popen:
+    # `tmux wait-for` blocks until signalled, forever if nobody does: we watch its stdout for
+    # EOF (it closes when the client exits) and kill it when our time is up.
+    return subprocess.Popen(
+        [*tmux.prefix, "wait-for", channel],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _wait_foreign(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitResult:
+    result = _pane_ended(pane, "foreign")
+    if result:
+        return result
+    visible = alive(pane.pid)  # False when tmux runs in another pid namespace: ask tmux only
+    interactive = visible and is_interactive_shell(pane.pid)
+    next_tmux = time.monotonic() + (recheck if visible else CHEAP_CHECK)
+    while True:
+        if visible and not (children(pane.pid) if interactive else alive(pane.pid)):
+            result = _pane_ended(query(tmux, pane.pane_id), "foreign")
+            return result or WaitResult(
+                "", "ended", kind="foreign", detail="the shell in the pane is idle again"
+            )
+        now = time.monotonic()
+        if now >= deadline:
+            return WaitResult("", "running", kind="foreign")
+        if now >= next_tmux:
+            next_tmux = now + (recheck if visible else CHEAP_CHECK)
+            result = _pane_ended(query(tmux, pane.pane_id), "foreign")
+            if result:
+                return result
+        time.sleep(max(0.0, min(FOREIGN_POLL if visible else CHEAP_CHECK, deadline - now, next_tmux - now)))
+
+
+def is_interactive_shell(pid: int) -> bool:
+    """`bash`, `-zsh`, `bash -l`: a prompt waiting for commands. `bash train.sh`, `python x.py`: a job."""
+    argv = _cmdline(pid)
+    if not argv:
+        return False
+    program = os.path.basename(argv[0]).lstrip("-")
+    return program in SHELLS and all(a.startswith("-") and a != "-c" for a in argv[1:])
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    except OSError:
+        out = subprocess.run(
+            ["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True, check=False
+        )
+        return out.stdout.split()
+
+
+def wait_run_file(ref: str, seconds: float) -> WaitResult:
+    """A run's log or run file: wait through its own launcher (local runs included)."""
+    from autoresearch_skills.launch import get_launcher, load_run
+
+    began = time.monotonic()
+    run = load_run(ref)
+    state = get_launcher(run.launcher).wait(run, seconds)
+    return WaitResult(ref, state.name, state.exit_code, time.monotonic() - began, "run", state.detail)
+
+
+def _is_run_file(ref: str) -> bool:
+    path = Path(ref)
+    return path.is_file() and (ref.endswith(".run.json") or Path(ref + ".run.json").is_file())
+
+
+def print_result(result: WaitResult, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({**asdict(result), "waited": round(result.waited, 3)}))
+        return
+    click.echo(f"{'run' if result.kind == 'run' else 'session'}: {result.target}")
+    click.echo(f"state: {result.state}")
+    if result.exit_status is not None:
+        click.echo(f"exit_status: {result.exit_status}")
+    click.echo(f"waited: {result.waited:.2f}s")
+    if result.detail:
+        click.echo(f"detail: {result.detail}")
+
+
+@click.command("wait", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("session")
+@click.argument("seconds")
+@click.option("-L", "socket_name", metavar="NAME", help="tmux server socket name (as tmux -L)")
+@click.option("-S", "socket_path", metavar="PATH", help="tmux server socket path (as tmux -S)")
+@click.option(
+    "--recheck",
+    type=float,
+    default=RECHECK,
+    show_default=True,
+    help="seconds between tmux checks that do not rely on the exit signal",
+)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object instead of key: value lines")
+def cli(session: str, seconds: str, socket_name: str | None, socket_path: str | None, recheck: float, as_json: bool) -> None:  # fmt: skip
+    """Wait up to SECONDS for the command in tmux SESSION to end.
+
+    Exit 0: SECONDS passed and the command still runs. Exit 1: the command ended
+    (its exit status is printed when known) or the session is gone. Returns the
+    moment the command ends: within milliseconds for sessions `ars run --launcher
+    tmux` started, within 0.2 s for any other session. SECONDS may be fractional
+    (0.01) or a duration (10m). SESSION may also be a run's log path.
+
+    \b
+    Examples:
+      ars wait exp_lr 30                      # up to 30 s; exit 1 once it ended
+      python tools/tmux_wait.py exp_lr 0.5 -L ars-campaign
+      ars wait mysession:1.0 600 --json       # a pane of a session of your own
+      ars wait runs/003-lr/run.log 60         # any launcher, by its log
+    """
+    from autoresearch_skills.clock import parse_duration
+
+    try:
+        limit = parse_duration(seconds)
+    except ValueError as err:
+        raise BadInput(f"SECONDS: {err}") from err
+    if limit < 0:
+        raise BadInput(f"SECONDS must not be negative, got {seconds}")
+    if socket_name and socket_path:
+        raise BadInput("give -L NAME or -S PATH, not both")
+    if recheck <= 0:
+        raise BadInput(f"--recheck must be positive, got {recheck:g}")
+    if _is_run_file(session):
+        result = wait_run_file(session, limit)
+    else:
+        result = wait_session(session, limit, socket_name, socket_path, recheck)
+    print_result(result, as_json)
+    sys.exit(EXIT_OK if result.running else EXIT_NEGATIVE)
+
+
+def main() -> None:
+    run_cli(cli, prog_name="tmux_wait.py")
+
+
+if __name__ == "__main__":
+    main()
