@@ -24,6 +24,10 @@ COMMANDS = {
     "memory": "autoresearch_skills.memory:cli",
     "report": "autoresearch_skills.report:cli",
     "skills": "autoresearch_skills.skills:cli",
+    "run": "autoresearch_skills.runs:run_command",
+    "status": "autoresearch_skills.runs:status_command",
+    "cancel": "autoresearch_skills.runs:cancel_command",
+    "wait": "autoresearch_skills.tmux_wait:cli",
 }
 
 
