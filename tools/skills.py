@@ -85,17 +85,10 @@ def source_root() -> Path:
     return resource_dir("skills")
 
 
-def shared_roots() -> dict[str, Path]:
-    """references/ and templates/ as shipped: what a skill's links may point into."""
-    from autoresearch_skills.resources import resource_dir
-
-    roots = {}
-    for name in SHARED:
-        try:
-            roots[name] = resource_dir(name)
-        except FileNotFoundError:
-            continue
-    return roots
+def shared_roots(skills_root: Path) -> dict[str, Path]:
+    """references/ and templates/ beside a skills/ folder (a checkout, a wheel's package data, a
+    clone of the plugin): what its skills' links may point into. An installed skills folder has none."""
+    return {name: skills_root.parent / name for name in SHARED if (skills_root.parent / name).is_dir()}
 
 
 def find_skills(folder: Path) -> list[Path]:
@@ -177,7 +170,10 @@ def plan_skill(skill_dir: Path, shared: dict[str, Path] | None = None) -> Plan:
     into one self-contained folder, rewriting links whose relative path changes."""
     skill_dir = skill_dir.resolve()
     skills_root = skill_dir.parent
-    shared = {name: root.resolve() for name, root in (shared_roots() if shared is None else shared).items()}
+    shared = {
+        name: root.resolve()
+        for name, root in (shared_roots(skills_root) if shared is None else shared).items()
+    }
     plan = Plan(skill_dir.name, skill_dir)
 
     def installed_path(source: Path) -> str | None:
@@ -615,11 +611,17 @@ def check_invocation(words: list[str]) -> str | None:
             command, path = sub, [*path, word]
             ctx = click.Context(sub, info_name=word, parent=ctx)
         i += 1
-    try:
-        command.get_help(ctx)
-    except Exception as err:  # a broken help text is exactly what this check is for
-        return f"`{' '.join(path)} --help` fails: {err}"
-    return None
+    key = tuple(path)
+    if key not in _HELP_ERRORS:  # rendering a group's help loads every sub-command: once per path
+        try:
+            command.get_help(ctx)
+            _HELP_ERRORS[key] = None
+        except Exception as err:  # a broken help text is exactly what this check is for
+            _HELP_ERRORS[key] = f"`{' '.join(path)} --help` fails: {err}"
+    return _HELP_ERRORS[key]
+
+
+_HELP_ERRORS: dict[tuple[str, ...], str | None] = {}
 
 
 def _find_option(command: click.Command, ctx: click.Context, option: str):
@@ -643,7 +645,7 @@ def _bad_choice(param, value: str) -> str | None:
 # ---------------------------------------------------------------- command line
 
 
-@click.group("skills")
+@click.group("skills", context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """The skill pack: install it into coding agents; check it against the Agent Skills spec.
 
