@@ -28,6 +28,7 @@ COMMANDS = {
     "status": "autoresearch_skills.runs:status_command",
     "cancel": "autoresearch_skills.runs:cancel_command",
     "wait": "autoresearch_skills.tmux_wait:cli",
+    "init": "autoresearch_skills.targets:cli",
 }
 
 
