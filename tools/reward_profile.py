@@ -520,7 +520,7 @@ def profile_files(
             raise BadInput(f"{path} not found ({flag}): check the path")
     results = read_results(rollouts_path, split_min_bytes)
     masked = np.frombuffer(bytes(results.masked), np.uint8).astype(bool)
-    measured_keys = {_key(t, r) for t, r, m in zip(results.task, results.rollout, results.masked) if not m}
+    measured_keys = _measured_keys(results, masked)
     inputs = read_inputs(inputs_path, measured_keys, split_min_bytes)
     del measured_keys
     in_ids, res_ids, res_input = _check_keys(inputs, results, inputs_path, rollouts_path, allow_partial)
@@ -584,6 +584,17 @@ def profile_files(
     )
     profile.agent_entries = _agent_entries(profile, in_task, in_agent, in_measured, res_input, masked)
     return profile
+
+
+def _measured_keys(results: _Results, masked: np.ndarray) -> set:
+    """`_key(task, rollout)` of every unmasked result, built in C when the keys fit in int64."""
+    import numpy as np
+
+    task = np.frombuffer(results.task, np.int64)[~masked]
+    rollout = np.frombuffer(results.rollout, np.int64)[~masked]
+    if len(task) and (rollout.min() >= 0 and rollout.max() < KEY_SPAN and np.abs(task).max() < KEY_SPAN // 2):
+        return set((task * KEY_SPAN + rollout).tolist())
+    return {_key(t, r) for t, r in zip(task.tolist(), rollout.tolist())}
 
 
 def _sample(raw: bytes) -> bytes:
