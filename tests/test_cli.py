@@ -29,10 +29,13 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(list(args), capture_output=True, text=True, cwd=cwd)
 
 
-def script_for(name: str) -> Path:
-    """tools/<module>.py for a registered command (autoresearch_skills.launch.x -> tools/launch/x.py)."""
-    module = COMMANDS[name].split(":")[0]
-    return ROOT / "tools" / Path(*module.split(".")[1:]).with_suffix(".py")
+def script_for(name: str) -> list[str]:
+    """How to run a registered command as a tool script: `python tools/<module>.py`, plus the
+    sub-command's name when the module's own group holds several `ars` commands (runs.py: run, status)."""
+    module, attribute = COMMANDS[name].split(":")
+    script = ROOT / "tools" / Path(*module.split(".")[1:]).with_suffix(".py")
+    assert script.exists(), f"{name} is registered as {COMMANDS[name]} but {script} is missing"
+    return [sys.executable, str(script)] + ([] if attribute == "cli" else [load(name).name])
 
 
 def load(name: str) -> click.Command:
@@ -85,9 +88,7 @@ def test_every_command_help_succeeds_with_examples(name):
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_tool_script_help_matches_the_ars_command(name):
-    script = script_for(name)
-    assert script.exists(), f"{name} is registered as {COMMANDS[name]} but {script} is missing"
-    as_script = run(sys.executable, str(script), "--help")
+    as_script = run(*script_for(name), "--help")
     as_ars = run(*ars_command(), name, "--help")
     assert as_script.returncode == as_ars.returncode == 0, as_script.stderr
 
@@ -101,9 +102,9 @@ def test_tool_script_help_matches_the_ars_command(name):
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_tool_script_accepts_dash_h_like_ars(name):
     as_ars = run(*ars_command(), name, "-h")
-    as_script = run(sys.executable, str(script_for(name)), "-h")
+    as_script = run(*script_for(name), "-h")
     assert as_ars.returncode == 0, as_ars.stderr
-    assert as_script.returncode == 0, f"`python {script_for(name).name} -h`: {as_script.stderr.strip()}"
+    assert as_script.returncode == 0, f"`{' '.join(script_for(name)[1:])} -h`: {as_script.stderr.strip()}"
 
 
 def test_ledger_script_behaves_like_ars_ledger(tmp_path):
