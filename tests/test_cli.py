@@ -32,9 +32,9 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def script_for(name: str) -> list[str]:
     """How to run a registered command as a tool script: `python tools/<module>.py`, plus the
     sub-command's name when the module's own group holds several `ars` commands (runs.py: run, status)."""
-    module, attribute = COMMANDS[name].split(":")
+    module, attribute = COMMANDS[name][0].split(":")
     script = ROOT / "tools" / Path(*module.split(".")[1:]).with_suffix(".py")
-    assert script.exists(), f"{name} is registered as {COMMANDS[name]} but {script} is missing"
+    assert script.exists(), f"{name} is registered as {COMMANDS[name][0]} but {script} is missing"
     return [sys.executable, str(script)] + ([] if attribute == "cli" else [load(name).name])
 
 

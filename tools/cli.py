@@ -11,40 +11,64 @@ import click
 from autoresearch_skills import __version__
 from autoresearch_skills.errors import run_cli
 
-# name -> "module:attribute"; each module also runs as `python tools/<module>.py`.
+# name -> ("module:attribute", one-line help). The help is kept here so that `ars --help`
+# imports no sub-command module; each module also runs as `python tools/<module>.py`.
 COMMANDS = {
-    "ledger": "autoresearch_skills.ledger:cli",
-    "stop": "autoresearch_skills.stoprule:cli",
-    "metric": "autoresearch_skills.metrics:cli",
-    "profile": "autoresearch_skills.reward_profile:cli",
-    "watch": "autoresearch_skills.monitor:cli",
-    "doctor": "autoresearch_skills.doctor:cli",
-    "campaign": "autoresearch_skills.campaign:cli",
-    "exp": "autoresearch_skills.experiment:cli",
-    "memory": "autoresearch_skills.memory:cli",
-    "report": "autoresearch_skills.report:cli",
-    "skills": "autoresearch_skills.skills:cli",
-    "run": "autoresearch_skills.runs:run_command",
-    "status": "autoresearch_skills.runs:status_command",
-    "cancel": "autoresearch_skills.runs:cancel_command",
-    "wait": "autoresearch_skills.tmux_wait:cli",
-    "init": "autoresearch_skills.targets:cli",
+    "campaign": (
+        "autoresearch_skills.campaign:cli",
+        "Campaigns: init, status, the unattended loop (run, resume).",
+    ),
+    "exp": ("autoresearch_skills.experiment:cli", "Experiments: baseline, start, commit, run, mark."),
+    "stop": (
+        "autoresearch_skills.stoprule:cli",
+        "Stop rules: parse plain words; check them against a ledger.",
+    ),
+    "ledger": ("autoresearch_skills.ledger:cli", "The TSV ledger: init, append, show, best, export."),
+    "metric": ("autoresearch_skills.metrics:cli", "Read metrics from logs, JSONL and TensorBoard files."),
+    "run": ("autoresearch_skills.runs:run_command", "Start one run (local or tmux) under a hard timeout."),
+    "status": ("autoresearch_skills.runs:status_command", "State and exit code of a run."),
+    "cancel": ("autoresearch_skills.runs:cancel_command", "Cancel a run and its whole process tree."),
+    "wait": (
+        "autoresearch_skills.tmux_wait:cli",
+        "Wait for a tmux session's command to end (0 running, 1 ended).",
+    ),
+    "watch": (
+        "autoresearch_skills.monitor:cli",
+        "Watch a run: status blocks on a backoff schedule, anomalies.",
+    ),
+    "memory": ("autoresearch_skills.memory:cli", "Session memory: start, checkpoint, handoff, show, resume."),
+    "report": ("autoresearch_skills.report:cli", "Write report.md, report.html and progress.png."),
+    "profile": (
+        "autoresearch_skills.reward_profile:cli",
+        "NeMo Gym-compatible reward profiles, pass@k, compare.",
+    ),
+    "doctor": (
+        "autoresearch_skills.doctor:cli",
+        "What this machine offers a campaign: GPUs, tmux, git, Slurm.",
+    ),
+    "init": ("autoresearch_skills.targets:cli", "Copy a starter training target into a fresh git repo."),
+    "skills": ("autoresearch_skills.skills:cli", "Install the agent skills; validate them."),
 }
 
 
 class LazyGroup(click.Group):
-    def __init__(self, *args, lazy: dict[str, str], **kwargs):
+    def __init__(self, *args, lazy: dict[str, tuple[str, str]], **kwargs):
         super().__init__(*args, **kwargs)
         self.lazy = lazy
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
+        return [*self.lazy, *(name for name in super().list_commands(ctx) if name not in self.lazy)]
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
-            module_name, attribute = self.lazy[name].split(":")
+            module_name, attribute = self.lazy[name][0].split(":")
             return getattr(importlib.import_module(module_name), attribute)
         return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, self.lazy[name][1]) for name in self.list_commands(ctx) if name in self.lazy]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

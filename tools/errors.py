@@ -30,7 +30,8 @@ def run_cli(command: click.Command, prog_name: str) -> None:
         sys.exit(EXIT_OK)
     except click.UsageError as err:
         where = f" (see `{err.ctx.command_path} --help`)" if err.ctx else ""
-        click.echo(f"Error: {err.format_message()}{where}", err=True)
+        message = " ".join(err.format_message().split())  # click wraps choice lists over lines
+        click.echo(f"Error: {message}{where}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as err:
         err.show()
