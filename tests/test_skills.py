@@ -315,3 +315,10 @@ def test_a_link_outside_the_shipped_folders_is_refused(tmp_path):
     with pytest.raises(BadInput, match="README.md"):
         install([tmp_path / "dest"], skills_dir=tmp_path / "src" / "skills", shared=shared)
     assert not (tmp_path / "dest").exists()
+
+
+def test_tool_scripts_shown_in_a_skill_are_checked_like_their_ars_command():
+    shown = "```bash\npython tools/tmux_wait.py exp_lr 30 -L ars\npython tools/tmux_wait.py exp_lr 30 --bogus\n```\n"
+    problems = check_commands(shown + "`python tools/no_such_tool.py x`\n")
+    assert [line for line, _ in problems] == [3, 5]
+    assert "has no option --bogus" in problems[0][1] and "no_such_tool.py does not exist" in problems[1][1]

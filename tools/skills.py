@@ -576,7 +576,8 @@ def check_invocation(words: list[str]) -> str | None:
         module = Path(words[1]).with_suffix("").name
         if not (Path(__file__).resolve().parent / script).is_file():
             return f"`{shown}`: tools/{script} does not exist"
-        names = [n for n, target in COMMANDS.items() if target.split(":")[0].endswith("." + module)]
+        targets = {name: entry[0] if isinstance(entry, tuple) else entry for name, entry in COMMANDS.items()}
+        names = [n for n, target in targets.items() if target.split(":")[0].endswith("." + module)]
         words = ["ars", *names[:1], *words[2:]] if names else None
         if words is None:
             return None  # a tool with its own CLI (tmux_wait.py): existence is what we can check
