@@ -35,12 +35,14 @@ from pathlib import Path
 import click
 
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
+from autoresearch_skills.launch.local import wait_for_exit
 from autoresearch_skills.launch.proctree import alive, children
 from autoresearch_skills.launch.tmux import Tmux, read_exit_file, session_target
 
 RECHECK = 5.0  # seconds between tmux queries that do not rely on the signal
 CHEAP_CHECK = 1.0  # seconds between reads of the exit file and the pane process (no fork)
 FOREIGN_POLL = 0.2  # seconds between /proc checks of a session not started by ars
+SETTLE = 1.0  # seconds for tmux to notice a pane process we saw exit
 SHELLS = frozenset({"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"})
 PANE_FORMAT = "\t".join(
     ["#{session_name}", "#{pane_id}", "#{pane_pid}", "#{pane_dead}", "#{pane_dead_status}"]
@@ -94,6 +96,17 @@ def query(tmux: Tmux, target: str) -> Pane | None:
     )
 
 
+def query_after_exit(tmux: Tmux, pane: Pane) -> Pane | None:
+    """Query a pane whose process we saw exit: tmux marks it dead a moment later (it reaps
+    the process first), and only then knows its exit status."""
+    give_up = time.monotonic() + SETTLE
+    while True:
+        now = query(tmux, pane.pane_id)
+        if now is None or now.dead or time.monotonic() >= give_up:
+            return now
+        time.sleep(0.02)
+
+
 def resolve_target(target: str) -> str:
     """A plain session name matches exactly (tmux would take a prefix); `s:1.0`, `%3` pass as given."""
     if target.startswith("=") or any(c in target for c in ":.%$@"):
@@ -126,15 +139,30 @@ def wait_session(
 def _pane_ended(pane: Pane | None, kind: str) -> WaitResult | None:
     if pane is None:
         return WaitResult("", "gone", kind=kind, detail="the session was closed")
-    if pane.dead:
-        return WaitResult("", "exited", pane.dead_status, kind=kind, detail="the pane's process exited")
-    return None
+    if not pane.dead:
+        return None
+    if kind == "ars":  # the supervisor died without its last word: the command's fate is unknown
+        detail = "the pane's process ended without writing the exit file; see `ars status`"
+        return WaitResult("", "lost", pane.dead_status, kind=kind, detail=detail)
+    return WaitResult("", "exited", pane.dead_status, kind=kind, detail="the pane's process exited")
 
 
 def _wait_ars(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitResult:
     def ended() -> WaitResult | None:
         state = read_exit_file(pane.exit_file)
         return WaitResult("", state.name, state.exit_code) if state else None
+
+    def judge() -> WaitResult | None:
+        """Ended? The exit file says so, or tmux does (pane dead, session or server gone)."""
+        result = ended()
+        if result:
+            return result
+        closed = _pane_ended(query(tmux, pane.pane_id), "ars")
+        if closed and alive(pane.pid):  # a closed session: the supervisor is still stopping the tree
+            wait_for_exit(pane.pid, None, max(0.0, deadline - time.monotonic()))
+            if alive(pane.pid):
+                return None
+        return ended() or closed
 
     result = ended() or _pane_ended(pane, "ars")
     if result:
@@ -149,13 +177,11 @@ def _wait_ars(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitRe
             now = time.monotonic()
             if now >= deadline:
                 return WaitResult("", "running")
-            ready, _, _ = select.select(
-                [waiter.stdout], [], [], max(0.0, min(deadline, next_cheap, next_tmux) - now)
-            )
-            if ready:  # signalled, or the tmux server went away
-                waiter.wait()
+            wake = min(deadline, next_cheap, next_tmux)
+            if select.select([waiter.stdout], [], [], max(0.0, wake - now))[0]:
+                waiter.wait()  # signalled, or the tmux server went away
                 waiter.stdout.close()
-                result = ended() or _pane_ended(query(tmux, pane.pane_id), "ars")
+                result = judge()
                 if result is None:  # a signal without an exit file: keep waiting
                     waiter = _block_on(tmux, pane.channel)
                 continue
@@ -164,11 +190,11 @@ def _wait_ars(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitRe
                 next_cheap = now + min(CHEAP_CHECK, recheck)
                 result = ended()
                 if result is None and trust_pid and not alive(pane.pid):
-                    result = _pane_ended(query(tmux, pane.pane_id), "ars")
-                    trust_pid = result is not None  # a pane pid from another pid namespace
+                    result = ended() or _pane_ended(query_after_exit(tmux, pane), "ars")
+                    trust_pid = result is not None  # tmux sees a live pane we cannot: another pid namespace
             if result is None and now >= next_tmux:
                 next_tmux = now + recheck
-                result = ended() or _pane_ended(query(tmux, pane.pane_id), "ars")
+                result = judge()
         return result
     finally:
         if waiter.poll() is None:
@@ -197,7 +223,9 @@ def _wait_foreign(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> Wa
     next_tmux = time.monotonic() + (recheck if visible else CHEAP_CHECK)
     while True:
         if visible and not (children(pane.pid) if interactive else alive(pane.pid)):
-            result = _pane_ended(query(tmux, pane.pane_id), "foreign")
+            result = _pane_ended(
+                query(tmux, pane.pane_id) if interactive else query_after_exit(tmux, pane), "foreign"
+            )
             return result or WaitResult(
                 "", "ended", kind="foreign", detail="the shell in the pane is idle again"
             )

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal, Protocol
 
+from autoresearch_skills.clock import now_iso
+
 StateName = Literal["pending", "running", "exited", "timeout", "cancelled", "lost"]
 FINISHED: frozenset[str] = frozenset({"exited", "timeout", "cancelled", "lost"})
 
@@ -105,6 +107,15 @@ class Run:
             return Run.load(self.state_path)
         except (OSError, ValueError, TypeError):
             return self
+
+    def end(self, state: State) -> None:
+        """Set the final fields (the caller saves)."""
+        self.state, self.exit_code, self.detail, self.ended_at = (
+            state.name,
+            state.exit_code,
+            state.detail,
+            now_iso(),
+        )
 
     def recorded_state(self) -> State:
         return State(self.state, self.exit_code, self.detail)  # type: ignore[arg-type]

@@ -197,7 +197,7 @@ def _refuse_if_running(state_path: Path) -> None:
 
 def record(run: Run, state: State) -> State:
     """Write a final state decided by a process other than the (dead) supervisor."""
-    run.state, run.exit_code, run.detail, run.ended_at = state.name, state.exit_code, state.detail, now_iso()
+    run.end(state)
     with contextlib.suppress(OSError):  # a read-only run folder: the answer still stands for this caller
         run.save()
     return state

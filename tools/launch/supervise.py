@@ -203,19 +203,14 @@ class Supervisor:
     def _finish(self, state: State) -> int:
         run = self.run
         self._copy_to_pane()
-        run.state, run.exit_code, run.detail, run.ended_at = (
-            state.name,
-            state.exit_code,
-            state.detail,
-            now_iso(),
-        )
-        run.save()
         status = state.exit_code if state.exit_code is not None else state.shell_status
         exit_file = run.extra.get("exit_file")
         if exit_file:  # "STATUS STATE": what `tmux_wait.py` reads without parsing JSON
             tmp = Path(exit_file).with_name(f".{Path(exit_file).name}.tmp{os.getpid()}")
             tmp.write_text(f"{status} {state.name}\n")
             os.replace(tmp, exit_file)
+        run.end(state)  # the run file last: whoever sees it final finds the exit file written too
+        run.save()
         channel = run.extra.get("channel")
         if channel:
             socket = run.extra.get("tmux_socket")

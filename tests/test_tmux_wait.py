@@ -1,0 +1,171 @@
+"""The tmux waiter: signalled sessions, foreign sessions, lost signals, the script form."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from launch_helpers import TOOLS, TmuxServer, ars, wait_until
+
+from autoresearch_skills.launch import get_launcher
+from autoresearch_skills.launch.base import RunSpec
+from autoresearch_skills.launch.proctree import children
+from autoresearch_skills.tmux_wait import wait_session
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _private_run_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARS_STATE_DIR", str(tmp_path / "state"))
+
+
+@pytest.fixture
+def server():
+    tmux = TmuxServer()
+    yield tmux
+    tmux.kill()
+
+
+def start_run(server: TmuxServer, tmp_path, command, name: str = "exp", timeout: float = 120):
+    launcher = get_launcher("tmux", socket=server.name)
+    return launcher.start(
+        RunSpec(command=command, log_path=tmp_path / f"{name}.log", timeout=timeout, grace=0.5, name=name)
+    )
+
+
+def ars_like_session(server: TmuxServer, tmp_path, name: str, command: str) -> str:
+    """A session that looks started by `ars` (channel, exit file) but whose command never signals."""
+    exit_file = str(tmp_path / f"{name}.exit")
+    server(
+        "new-session", "-d", "-s", name, "--", "sh", "-c", command.format(exit_file=exit_file),
+        ";", "set-option", "-w", "-t", f"={name}:", "remain-on-exit", "on",
+        ";", "set-option", "-t", f"={name}:", "@ars_channel", f"never-signalled-{name}",
+        ";", "set-option", "-t", f"={name}:", "@ars_exit_file", exit_file,
+    )  # fmt: skip
+    return exit_file
+
+
+def test_exit_status_comes_through_the_waiter_at_once(server, tmp_path):
+    start_run(server, tmp_path, "sleep 1; exit 3")
+    result = wait_session("exp", 60, server.name)
+    assert (result.state, result.exit_status, result.kind) == ("exited", 3, "ars")
+    assert result.waited < 30
+
+
+def test_still_running_after_seconds_is_exit_0_territory(server, tmp_path):
+    start_run(server, tmp_path, ["sleep", "60"])
+    result = wait_session("exp", 0.5, server.name)
+    assert result.running and result.state == "running"
+    assert 0.5 <= result.waited < 10
+
+
+def test_tiny_seconds_return_at_once(server, tmp_path):
+    start_run(server, tmp_path, ["sleep", "60"])
+    began = time.monotonic()
+    result = wait_session("exp", 0.01, server.name)
+    assert result.running
+    assert time.monotonic() - began < 5
+
+
+def test_run_that_ended_before_the_waiter_started(server, tmp_path):
+    launcher = get_launcher("tmux", socket=server.name)
+    launcher.wait(start_run(server, tmp_path, "exit 7"), 30)
+    began = time.monotonic()
+    result = wait_session("exp", 60, server.name)
+    assert (result.state, result.exit_status) == ("exited", 7)
+    assert time.monotonic() - began < 5  # never the full 60 s
+
+
+def test_timeout_state_reaches_the_waiter(server, tmp_path):
+    start_run(server, tmp_path, ["sleep", "60"], timeout=1)
+    result = wait_session("exp", 60, server.name)
+    assert result.state == "timeout" and result.exit_status == 143
+
+
+def test_exit_file_written_without_a_signal_is_noticed(server, tmp_path):
+    ars_like_session(server, tmp_path, "quiet", 'sleep 0.5; echo "3 exited" > {exit_file}; sleep 60')
+    result = wait_session("quiet", 60, server.name)
+    assert (result.state, result.exit_status) == ("exited", 3)
+    assert result.waited < 15  # re-checked every second, not only on the signal
+
+
+def test_pane_that_dies_without_a_signal_or_exit_file_is_noticed(server, tmp_path):
+    ars_like_session(server, tmp_path, "crash", "sleep 0.5; exit 4")  # as if the supervisor was killed
+    result = wait_session("crash", 60, server.name)
+    assert (result.state, result.exit_status) == ("lost", 4)
+    assert result.waited < 15
+
+
+def test_killed_session_ends_the_wait(server, tmp_path):
+    ars_like_session(server, tmp_path, "victim", "sleep 60")
+    threading.Timer(0.5, server, args=("kill-session", "-t", "=victim")).start()
+    result = wait_session("victim", 60, server.name, recheck=1)
+    assert result.state in ("gone", "exited")
+    assert result.waited < 15
+
+
+def test_killed_ars_session_reports_cancelled(server, tmp_path):
+    start_run(server, tmp_path, ["sleep", "60"], name="run1")
+    threading.Timer(0.5, server, args=("kill-session", "-t", "=run1")).start()
+    result = wait_session("run1", 60, server.name)
+    assert result.state == "cancelled"
+
+
+def test_missing_session_is_gone(server):
+    server("new-session", "-d", "-s", "other")
+    result = wait_session("absent", 60, server.name)
+    assert result.state == "gone" and not result.running
+
+
+def test_foreign_shell_running_bash_train_sh_is_running_until_the_child_ends(server, tmp_path):
+    (tmp_path / "train.sh").write_text(f"sleep 2\necho finished > {tmp_path / 'done'}\n")
+    server(
+        "new-session", "-d", "-s", "mine", "-c", str(tmp_path), "--", "bash", "--norc", "--noprofile", "-i"
+    )
+    shell = int(server.pane("mine", "#{pane_pid}"))
+    server("send-keys", "-t", "=mine:", "bash train.sh", "Enter")
+    wait_until(lambda: children(shell), what="the shell to start train.sh")
+    assert server.pane("mine", "#{pane_current_command}") == "bash"  # what would fool a naive waiter
+    early = wait_session("mine", 0.3, server.name)
+    assert early.running and early.kind == "foreign"
+    result = wait_session("mine", 60, server.name)
+    assert result.state == "ended" and not result.running
+    assert (tmp_path / "done").exists()  # it waited for the job, not for a prompt
+
+
+def test_foreign_pane_whose_process_is_the_job(server, tmp_path):
+    server(
+        "new-session", "-d", "-s", "job", "--", "bash", "-c", "sleep 1; exit 5",
+        ";", "set-option", "-w", "-t", "=job:", "remain-on-exit", "on",
+    )  # fmt: skip
+    assert wait_session("job", 0.2, server.name).running
+    result = wait_session("job", 60, server.name)
+    assert (result.state, result.exit_status) == ("exited", 5)
+
+
+def test_script_form_follows_the_seed_contract(server, tmp_path):
+    start_run(server, tmp_path, "sleep 2; exit 0")
+    script = [sys.executable, str(TOOLS / "tmux_wait.py")]
+    running = subprocess.run(
+        [*script, "exp", "0.5", "-L", server.name], capture_output=True, text=True, timeout=60
+    )
+    assert running.returncode == 0, running.stderr
+    assert "state: running" in running.stdout
+    ended = subprocess.run(
+        [*script, "exp", "60", "-L", server.name], capture_output=True, text=True, timeout=60
+    )
+    assert ended.returncode == 1
+    assert "exit_status: 0" in ended.stdout
+
+
+def test_ars_wait_json_and_bad_input(server, tmp_path):
+    start_run(server, tmp_path, "exit 2")
+    result = ars("wait", "exp", "30", "-L", server.name, "--json")
+    assert result.returncode == 1 and '"exit_status": 2' in result.stdout
+    bad = ars("wait", "exp", "soon", "-L", server.name)
+    assert bad.returncode == 2 and bad.stderr.startswith("Error:")
