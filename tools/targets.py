@@ -1,0 +1,189 @@
+"""`ars init`: copy a starter training target into a fresh git repository.
+
+A target is a folder under templates/targets/ in karpathy/autoresearch's shape: a frozen
+`prepare.py` (data and evaluation), a mutable `train.py`, and a `program.md` of research
+directives. `ars init tiny-lm DIR` copies one into DIR, makes DIR a git repository with one
+first commit, and prints the command that runs the baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+from autoresearch_skills.errors import BadInput, run_cli
+from autoresearch_skills.resources import resource_dir
+
+FALLBACK_NAME = "autoresearch-skills"
+FALLBACK_EMAIL = "ars@localhost"
+DEFAULT_BRANCH = "main"  # used only when the user has no init.defaultBranch of their own
+# Left behind when someone ran the template in place; never part of a fresh copy.
+COPY_IGNORE = ("__pycache__", "*.pyc", ".DS_Store", "*.log", "results.tsv", "reports", "session")
+GITIGNORE = """\
+# Written by `ars init`: run outputs stay out of the experiment history.
+__pycache__/
+*.pyc
+*.log
+results.tsv
+reports/
+"""
+
+
+@dataclass
+class Target:
+    name: str
+    path: Path
+    description: str  # the first sentence-bearing line of the target's README.md
+
+
+@dataclass
+class InitResult:
+    target: str
+    directory: Path
+    files: list[str]  # relative paths, committed
+    commit: str  # full hash of the first commit
+    branch: str
+    next_command: str
+
+
+def targets_dir() -> Path:
+    return resource_dir("templates") / "targets"
+
+
+def _description(folder: Path) -> str:
+    readme = folder / "README.md"
+    if readme.is_file():
+        for line in readme.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                return line
+    return ""
+
+
+def list_targets() -> list[Target]:
+    """Every shipped target, sorted by name."""
+    folder = targets_dir()
+    if not folder.is_dir():
+        return []
+    return [
+        Target(name=path.name, path=path, description=_description(path))
+        for path in sorted(folder.iterdir())
+        if path.is_dir() and not path.name.startswith((".", "_"))
+    ]
+
+
+def find_target(name: str) -> Target:
+    targets = {target.name: target for target in list_targets()}
+    if name not in targets:
+        known = ", ".join(targets) or "none shipped"
+        raise BadInput(f"unknown target {name!r}; available: {known} (see `ars init --list`)")
+    return targets[name]
+
+
+def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise BadInput("git is not installed or not on PATH; install git and run `ars init` again") from None
+    if check and result.returncode != 0:
+        lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        raise BadInput(f"`git {args[0]}` failed in {cwd}: {lines[0] if lines else 'no output'}")
+    return result
+
+
+def _identity_flags(cwd: Path) -> list[str]:
+    """`-c user.name=... -c user.email=...` for whatever identity git lacks, for our one commit only.
+
+    GIT_AUTHOR_* / GIT_COMMITTER_* in the environment still win over these, as they do over config.
+    """
+    flags = []
+    for key, fallback in (("user.name", FALLBACK_NAME), ("user.email", FALLBACK_EMAIL)):
+        if not _git(cwd, "config", key, check=False).stdout.strip():
+            flags += ["-c", f"{key}={fallback}"]
+    return flags
+
+
+def _check_destination(directory: Path) -> None:
+    if directory.exists() and not directory.is_dir():
+        raise BadInput(f"{directory} is a file; give a new or empty directory")
+    if directory.is_dir() and any(directory.iterdir()):
+        raise BadInput(
+            f"{directory} is not empty; give a new or empty directory so nothing of yours is overwritten"
+        )
+
+
+def init_target(name: str, directory: str | Path) -> InitResult:
+    """Copy target `name` into `directory` (new or empty) and commit it as a fresh git repository."""
+    target = find_target(name)
+    directory = Path(directory).expanduser().resolve()
+    _check_destination(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(target.path, directory, ignore=shutil.ignore_patterns(*COPY_IGNORE), dirs_exist_ok=True)
+    (directory / ".gitignore").write_text(GITIGNORE, encoding="utf-8")
+
+    has_default_branch = _git(directory, "config", "init.defaultBranch", check=False).stdout.strip()
+    branch_flags = [] if has_default_branch else ["-c", f"init.defaultBranch={DEFAULT_BRANCH}"]
+    _git(directory, *branch_flags, "init", "-q")
+    _git(directory, "add", "-A")
+    message = f"{name}: starting point from autoresearch-skills (`ars init {name}`)"
+    _git(directory, *_identity_flags(directory), "commit", "-q", "-m", message)
+    files = _git(directory, "ls-files").stdout.split()
+    return InitResult(
+        target=name,
+        directory=directory,
+        files=files,
+        commit=_git(directory, "rev-parse", "HEAD").stdout.strip(),
+        branch=_git(directory, "branch", "--show-current").stdout.strip(),
+        next_command=f"cd {shlex.quote(str(directory))} && python train.py > run.log 2>&1 && grep '^val_bpb:' run.log",
+    )
+
+
+@click.command(name="init")
+@click.argument("target", required=False)
+@click.argument("directory", required=False, type=click.Path(file_okay=True, path_type=Path))
+@click.option("--list", "list_only", is_flag=True, help="List the shipped targets and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def cli(target: str | None, directory: Path | None, list_only: bool, as_json: bool) -> None:
+    """Start a project from a shipped training target: copy it into DIRECTORY
+    (new or empty; default ./TARGET), make that a git repository with one first
+    commit, and print the command that runs the baseline.
+
+    \b
+    Examples:
+      ars init --list
+      ars init tiny-lm my-lm
+      ars init tiny-lm my-lm --json
+    """
+    if list_only:
+        targets = list_targets()
+        if as_json:
+            click.echo(json.dumps([{**asdict(t), "path": str(t.path)} for t in targets], indent=2))
+        else:
+            for t in targets:
+                click.echo(f"{t.name}: {t.description}")
+        return
+    if target is None:
+        raise BadInput("name a target, e.g. `ars init tiny-lm my-lm` (see `ars init --list`)")
+    result = init_target(target, directory if directory is not None else Path(target))
+    if as_json:
+        click.echo(json.dumps({**asdict(result), "directory": str(result.directory)}, indent=2))
+        return
+    click.echo(f"target: {result.target}")
+    click.echo(f"directory: {result.directory}")
+    click.echo(f"files: {len(result.files)} ({', '.join(result.files)})")
+    click.echo(f"commit: {result.commit[:7]} on branch {result.branch}")
+    click.echo(f"next: {result.next_command}")
+
+
+def main() -> None:
+    run_cli(cli, prog_name="ars init")
+
+
+if __name__ == "__main__":
+    main()
