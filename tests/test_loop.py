@@ -31,11 +31,14 @@ print(f"val_bpb:          {abs(LR - 0.03) * 10 + 1 + abs(WIDTH - 96) / 1000:.6f}
 PATCH_WIDTH = """\
 --- a/train.py
 +++ b/train.py
-@@ -1,3 +1,3 @@
+@@ -1,6 +1,6 @@
  import os, sys, time
  LR = 0.01               # learning rate
 -WIDTH = 64              # model width
 +WIDTH = 96              # model width
+ SLEEP = 0.0             # seconds of pretend training
+ time.sleep(SLEEP)
+ if WIDTH % 2:
 """
 
 PATCH_FROZEN = """\
@@ -102,7 +105,7 @@ def rows(repo: Path) -> list[ledger.Row]:
 def test_queue_policy_runs_set_and_patch_and_records_rejections_as_crashes(repo: Path):
     queue = [
         {"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}},
-        {"slug": "wider", "description": "WIDTH 64 -> 96", "patch": PATCH_WIDTH},
+        {"slug": "wider", "description": "WIDTH 64 -> 96", "patch": PATCH_WIDTH, "parent": "baseline"},
         {"slug": "no-such", "description": "a constant that does not exist", "set": {"DROPOUT": 0.1}},
         {"slug": "cheat", "description": "edit the evaluation", "patch": PATCH_FROZEN},
         {"slug": "odd-width", "description": "WIDTH 63 crashes", "set": {"WIDTH": 63}},
@@ -112,12 +115,13 @@ def test_queue_policy_runs_set_and_patch_and_records_rejections_as_crashes(repo:
     assert [(Path(r.branch).name, r.status) for r in table] == [
         ("baseline", "keep"),
         ("higher-lr", "keep"),
-        ("wider", "keep"),
+        ("wider", "discard"),
         ("no-such", "crash"),
         ("cheat", "crash"),
         ("odd-width", "crash"),
     ]
-    assert table[1].metric_value == pytest.approx(1.132) and table[2].metric_value == pytest.approx(1.1)
+    assert table[1].metric_value == pytest.approx(1.132) and table[2].metric_value == pytest.approx(1.2)
+    assert table[2].parent_commit == table[0].commit
     assert "no top-level constant DROPOUT" in table[3].description
     assert "prepare.py is frozen" in table[4].description
     assert "exit code 1" in table[5].description and "WIDTH must be even" in table[5].description

@@ -190,7 +190,7 @@ def launcher_for(campaign: Campaign):
 def launch(campaign: Campaign, timeout: float | None = None, force: bool = False) -> dict:
     """Commit pending edits, check the stop rules, and start the run. Returns `current`."""
     from autoresearch_skills import gitflow
-    from autoresearch_skills.launch.base import RunSpec
+    from autoresearch_skills.launch.base import Run, RunSpec, state_path_for
 
     state = campaign.load_state()
     current = _current(state, phases=("open",))
@@ -225,7 +225,10 @@ def launch(campaign: Campaign, timeout: float | None = None, force: bool = False
         timeout=run_timeout,
         name=f"{campaign.settings.name}-{current['slug']}",
     )
-    run = launcher_for(campaign).start(spec)
+    run_file = state_path_for(log_path)
+    # A launcher record without a `running` phase: the process that launched it died before
+    # saving state.json. Adopt that run rather than start the same attempt twice.
+    run = Run.load(run_file) if run_file.exists() else launcher_for(campaign).start(spec)
     current.update(
         phase="running",
         commit=gitflow.head_commit(workdir),
