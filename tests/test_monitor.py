@@ -311,3 +311,99 @@ def test_bad_flags_are_one_line_and_exit_2(flags, message):
     assert done.returncode == 2
     assert done.stderr.startswith(f"Error: {message}") and len(done.stderr.strip().splitlines()) == 1
     assert done.stdout == ""
+
+
+# ---------------------------------------------------------------- `ars watch RUN` on launched runs
+
+ARS = str(Path(sys.executable).parent / "ars")
+
+
+@pytest.fixture
+def launched(tmp_path, monkeypatch):
+    """Start real runs with the local launcher; cancel whatever is left at the end."""
+    from autoresearch_skills.launch import get_launcher
+    from autoresearch_skills.launch.base import RunSpec
+
+    monkeypatch.setenv("ARS_STATE_DIR", str(tmp_path / "state"))
+    launcher = get_launcher("local")
+    runs = []
+
+    def _launch(script: str, timeout: float = 60) -> object:
+        spec = RunSpec(
+            command=[sys.executable, "-c", textwrap.dedent(script)],
+            log_path=tmp_path / f"run{len(runs)}.log",
+            timeout=timeout,
+            grace=1,
+            name=f"exp{len(runs)}",
+        )
+        run = launcher.start(spec)
+        runs.append(run)
+        return run
+
+    yield launcher, _launch
+    for run in runs:
+        launcher.cancel(run)
+
+
+def _ars_watch(*args: str) -> tuple[int, list[dict], str]:
+    done = subprocess.run(
+        [ARS, "watch", *args, "--json", "--poll", "0.1s"], capture_output=True, text=True, timeout=120
+    )
+    return done.returncode, [json.loads(line) for line in done.stdout.splitlines()], done.stderr
+
+
+def test_ars_watch_follows_a_launched_run_to_its_end(launched):
+    _, launch = launched
+    run = launch(
+        "import time; print('step 1 | loss: 2.5', flush=True); time.sleep(1); print('val_bpb: 0.9979')"
+    )
+    code, blocks, stderr = _ars_watch(run.log_path, "--preset", "karpathy")
+    assert code == 0, stderr
+    final = blocks[-1]
+    assert (final["reason"], final["verdict"], final["state"], final["exit_code"]) == (
+        "final",
+        "ok",
+        "exited",
+        0,
+    )
+    assert final["run"] == "exp0" and final["metrics"]["val_bpb"]["value"] == 0.9979
+    assert final["tail"][-1] == "val_bpb: 0.9979"
+
+
+def test_ars_watch_exit_1_for_a_crash_and_a_timeout(launched):
+    _, launch = launched
+    crash = launch(
+        "import sys; print('Traceback (most recent call last):'); print('ValueError: boom'); sys.exit(1)"
+    )
+    slow = launch("import time; print('step 1', flush=True); time.sleep(60)", timeout=1)
+    code, blocks, _ = _ars_watch(crash.log_path)
+    assert code == 1 and blocks[-1]["verdict"] == "failed"
+    assert blocks[-1]["anomalies"][0]["text"] == "ValueError: boom"
+    code, blocks, _ = _ars_watch(slow.log_path)
+    assert code == 1 and blocks[-1]["verdict"] == "timeout"
+
+
+def test_ars_watch_enforce_cancels_through_the_launcher(launched):
+    launcher, launch = launched
+    run = launch("import time; print('loading model', flush=True); time.sleep(60)")
+    code, blocks, stderr = _ars_watch(
+        run.log_path, "--first-step-pattern", "actor/kl_loss:", "--first-step-timeout", "1s", "--enforce"
+    )
+    assert code == 1, stderr
+    assert blocks[-1]["verdict"] == "first_step_timeout" and blocks[-1]["state"] == "cancelled"
+    assert launcher.status(run).name == "cancelled"
+
+
+def test_ars_watch_for_returns_3_while_the_run_goes_on(launched):
+    launcher, launch = launched
+    run = launch("import time; print('step 1', flush=True); time.sleep(60)")
+    code, blocks, _ = _ars_watch(run.log_path, "--for", "1s")
+    assert code == 3 and blocks[-1]["verdict"] == "running"
+    assert launcher.status(run).name == "running"
+
+
+def test_ars_watch_unknown_run_is_bad_input(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARS_STATE_DIR", str(tmp_path / "state"))
+    code, blocks, stderr = _ars_watch(str(tmp_path / "nothing.log"))
+    assert code == 2 and blocks == []
+    assert stderr.startswith("Error: no run found") and len(stderr.strip().splitlines()) == 1
