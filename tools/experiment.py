@@ -56,34 +56,35 @@ def _workdir(campaign: Campaign, branch: str) -> Path:
     return repo
 
 
-def _open_experiment(
-    campaign: Campaign,
-    state: dict,
-    slug: str,
-    description: str,
-    branch: str,
-    parent: str,
-    parent_commit: str,
-    commits=(),
-) -> dict:
+def _open(campaign: Campaign, state: dict, intent: dict) -> dict:
+    """Open an experiment in two durable steps: first the intent (phase `opening`) is saved,
+    then the branch is created and checked out. A process killed in between leaves an
+    intent that `_load` completes, so no branch is ever orphaned or made twice."""
+    state["current"] = {**intent, "phase": "opening", "commits": intent.get("commits", [])}
+    campaign.save_state(state)
+    return _finish_opening(campaign, state)
+
+
+def _finish_opening(campaign: Campaign, state: dict) -> dict:
     from autoresearch_skills import gitflow
 
-    workdir = _workdir(campaign, branch)
-    current = {
-        "slug": slug,
-        "branch": branch,
-        "description": description,
-        "parent_ref": parent,
-        "parent_commit": parent_commit,
-        "workdir": str(workdir),
-        "snapshot": gitflow.untracked_snapshot(workdir),
-        "commits": list(commits),
-        "phase": "open",
-        "opened_at": now_iso(),
-    }
-    state["current"] = current
+    current = state["current"]
+    if not gitflow.branch_exists(campaign.repo, current["branch"]):
+        gitflow.create_branch(campaign.repo, current["branch"], current["branch_start"])
+    workdir = _workdir(campaign, current["branch"])
+    current.update(
+        workdir=str(workdir), snapshot=gitflow.untracked_snapshot(workdir), phase="open", opened_at=now_iso()
+    )
     campaign.save_state(state)
     return current
+
+
+def _load(campaign: Campaign) -> dict:
+    """The campaign state, with an interrupted opening completed first."""
+    state = campaign.load_state()
+    if (state.get("current") or {}).get("phase") == "opening":
+        _finish_opening(campaign, state)
+    return state
 
 
 def _require_no_open(state: dict) -> None:
@@ -98,24 +99,32 @@ def _require_no_open(state: dict) -> None:
 def start_baseline(campaign: Campaign) -> dict:
     from autoresearch_skills import gitflow
 
-    state = campaign.load_state()
+    state = _load(campaign)
     _require_no_open(state)
     branch = f"{campaign.settings.prefix}/baseline"
     if gitflow.branch_exists(campaign.repo, branch):
         raise BadInput(f"{branch} already exists: the baseline was started before; see `ars campaign status`")
     head = gitflow.head_commit(campaign.repo)
     commit = gitflow.empty_commit(campaign.repo, head, gitflow.BASELINE_MESSAGE)
-    gitflow.create_branch(campaign.repo, branch, commit)
-    return _open_experiment(campaign, state, "baseline", "baseline", branch, "HEAD", head, commits=[commit])
+    intent = {"slug": "baseline", "description": "baseline", "branch": branch, "branch_start": commit}
+    return _open(
+        campaign, state, {**intent, "parent_ref": "HEAD", "parent_commit": head, "commits": [commit]}
+    )
 
 
 def start(
-    campaign: Campaign, slug: str, description: str, parent: str = "best", skip_baseline_check: bool = False
+    campaign: Campaign,
+    slug: str,
+    description: str,
+    parent: str = "best",
+    skip_baseline_check: bool = False,
+    extra: dict | None = None,
 ) -> dict:
+    """Open experiment `slug` from `parent`; `extra` is kept with it in state.json (e.g. the proposal)."""
     from autoresearch_skills import gitflow
 
     s = campaign.settings
-    state = campaign.load_state()
+    state = _load(campaign)
     _require_no_open(state)
     rows = campaign.rows()
     if s.require_baseline and not skip_baseline_check and not rows:
@@ -125,14 +134,21 @@ def start(
         raise BadInput("`baseline` is reserved; use `ars exp baseline`")
     if s.strategy == "ratchet":
         branch = f"{s.prefix}/ratchet"
-        if not gitflow.branch_exists(campaign.repo, branch):
-            gitflow.create_branch(campaign.repo, branch, _parent_commit(campaign, "baseline", rows))
-        parent_commit = gitflow.head_commit(campaign.repo, branch)
+        ratchet_exists = gitflow.branch_exists(campaign.repo, branch)
+        parent_commit = (
+            gitflow.head_commit(campaign.repo, branch)
+            if ratchet_exists
+            else _parent_commit(campaign, "baseline", rows)
+        )
     else:
         branch = f"{s.prefix}/{slug}"
+        if gitflow.branch_exists(campaign.repo, branch):
+            raise BadInput(f"branch {branch} already exists; pick another slug (every branch is kept)")
         parent_commit = _parent_commit(campaign, parent, rows)
-        gitflow.create_branch(campaign.repo, branch, parent_commit)
-    return _open_experiment(campaign, state, slug, description, branch, parent, parent_commit)
+    intent = {"slug": slug, "description": description, "branch": branch, "branch_start": parent_commit}
+    return _open(
+        campaign, state, {**intent, "parent_ref": parent, "parent_commit": parent_commit, **(extra or {})}
+    )
 
 
 def _parent_commit(campaign: Campaign, parent: str, rows: list) -> str:
@@ -153,7 +169,7 @@ def commit(campaign: Campaign, message: str | None = None) -> str:
     """Stage only the experiment's changed files and commit them (hypothesis, then fix-ups)."""
     from autoresearch_skills import gitflow
 
-    state = campaign.load_state()
+    state = _load(campaign)
     current = _current(state, phases=("open",))
     workdir = Path(current["workdir"])
     paths = gitflow.changed_paths(workdir, current["snapshot"])
@@ -192,12 +208,12 @@ def launch(campaign: Campaign, timeout: float | None = None, force: bool = False
     from autoresearch_skills import gitflow
     from autoresearch_skills.launch.base import Run, RunSpec, state_path_for
 
-    state = campaign.load_state()
+    state = _load(campaign)
     current = _current(state, phases=("open",))
     workdir = Path(current["workdir"])
     if gitflow.changed_paths(workdir, current["snapshot"]):
         commit(campaign)
-        state = campaign.load_state()
+        state = _load(campaign)
         current = state["current"]
     if current["slug"] != "baseline" and not current["commits"]:
         raise BadInput(
@@ -254,7 +270,7 @@ def wait(campaign: Campaign, progress=None):
     """Wait for the running experiment (also one started by a process that died)."""
     from autoresearch_skills.launch.base import Run
 
-    current = _current(campaign.load_state(), phases=("running",))
+    current = _current(_load(campaign), phases=("running",))
     run = Run(**current["run"])
     launcher = launcher_for(campaign)
     begun = parse_iso(current["started_at"])
@@ -270,7 +286,7 @@ def wait(campaign: Campaign, progress=None):
 def cancel(campaign: Campaign):
     from autoresearch_skills.launch.base import Run
 
-    current = _current(campaign.load_state(), phases=("running",))
+    current = _current(_load(campaign), phases=("running",))
     return launcher_for(campaign).cancel(Run(**current["run"]))
 
 
@@ -345,7 +361,7 @@ def record(campaign: Campaign, status: str | None = None, reason: str | None = N
     from autoresearch_skills import gitflow, ledger
     from autoresearch_skills.memory import note_event
 
-    state = campaign.load_state()
+    state = _load(campaign)
     current = _current(state, phases=("decide", "running", "open"))
     result = current.get("result") or {}
     status = status or result["status"]
@@ -389,7 +405,7 @@ def record(campaign: Campaign, status: str | None = None, reason: str | None = N
 
 def finish(campaign: Campaign, run_state) -> tuple[dict, object | None]:
     """Judge a finished run; write its row unless the campaign decides manually."""
-    state = campaign.load_state()
+    state = _load(campaign)
     current = _current(state, phases=("running",))
     result = judge(campaign, current, run_state)
     current["result"] = result
@@ -429,7 +445,7 @@ def _print_result(campaign: Campaign, result: dict, row, as_json: bool) -> None:
 
 
 def _run_and_report(campaign: Campaign, timeout: float | None, force: bool, as_json: bool) -> None:
-    current = campaign.load_state().get("current") or {}
+    current = _load(campaign).get("current") or {}
     if current.get("phase") == "running":
         click.echo(
             f"adopting the running experiment {current['slug']} (log {current['run']['log_path']})", err=True
@@ -564,7 +580,7 @@ def mark_cmd(status, reason, ref) -> None:
       ars exp mark cancelled --reason "idea superseded before running"
     """
     campaign = find(ref)
-    state = campaign.load_state()
+    state = _load(campaign)
     current = _current(state, phases=("decide", "open"))
     if current["phase"] == "open" and status in ("keep", "discard"):
         raise BadInput("this experiment has not run: only crash or cancelled can be recorded")

@@ -213,11 +213,9 @@ class Loop:
 
     def open(self, proposal: Proposal, parent: str) -> None:
         current = experiment.start(
-            self.campaign, proposal.slug, proposal.description, parent=parent, skip_baseline_check=True
-        )
-        state = self.campaign.load_state()
-        state["current"]["proposal"] = proposal.__dict__
-        self.campaign.save_state(state)
+            self.campaign, proposal.slug, proposal.description, parent=parent, skip_baseline_check=True,
+            extra={"proposal": proposal.__dict__},
+        )  # fmt: skip
         apply(proposal, Path(current["workdir"]), self.mutable, self.frozen)
         experiment.commit(self.campaign)
         self.out.event(
@@ -254,7 +252,7 @@ class Loop:
         """After a crash of the loop: finish what state.json says was in flight."""
         from autoresearch_skills import gitflow
 
-        current = self.campaign.load_state().get("current")
+        current = experiment._load(self.campaign).get("current")
         if not current:
             return
         if current["phase"] == "running":
