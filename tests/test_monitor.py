@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -407,3 +408,26 @@ def test_ars_watch_unknown_run_is_bad_input(tmp_path, monkeypatch):
     code, blocks, stderr = _ars_watch(str(tmp_path / "nothing.log"))
     assert code == 2 and blocks == []
     assert stderr.startswith("Error: no run found") and len(stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_ars_watch_finds_a_tmux_run_by_session_name(tmp_path, monkeypatch):
+    from launch_helpers import TmuxServer
+
+    from autoresearch_skills.launch import get_launcher
+    from autoresearch_skills.launch.base import RunSpec
+
+    monkeypatch.setenv("ARS_STATE_DIR", str(tmp_path / "state"))
+    server = TmuxServer()
+    try:
+        launcher = get_launcher("tmux", socket=server.name)
+        command = "echo 'step:1 - actor/kl_loss:0.0011'; sleep 1; exit 4"
+        launcher.start(RunSpec(command=command, log_path=tmp_path / "t.log", timeout=60, name="ajet-lr"))
+        code, blocks, stderr = _ars_watch(
+            "ajet-lr", "--socket", server.name, "--first-step-pattern", "kl_loss:"
+        )
+        assert code == 1, stderr
+        final = blocks[-1]
+        assert (final["verdict"], final["exit_code"], final["first_step"]["line"]) == ("failed", 4, 1)
+    finally:
+        server.kill()
