@@ -33,7 +33,9 @@ def main() -> None:
     root = Path(os.environ.get("ARS_DEMO_DIR", "demo")).resolve()
     scratch = root / f"run-{stamp}"
     socket = f"ars-demo-{stamp}"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # `python train.py` in the campaign must find this environment's torch, also inside tmux.
+    venv_bin = str(Path(sys.executable).parent)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")}
     env.setdefault("GIT_AUTHOR_NAME", "autoresearch-skills demo")
     env.setdefault("GIT_AUTHOR_EMAIL", "demo@localhost")
     env.setdefault("GIT_COMMITTER_NAME", env["GIT_AUTHOR_NAME"])
