@@ -1,0 +1,65 @@
+"""A built wheel carries the skills, references and templates: `ars init` and
+`ars skills install` work after a plain `pip install`, not only from a checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(ROOT)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if build.returncode != 0:
+        pytest.fail(build.stderr[-2000:])
+    (wheel,) = (work / "dist").glob("autoresearch_skills-*.whl")
+    target = work / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+    )
+    return target
+
+
+def run(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(site), "HOME": str(cwd)}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def test_wheel_imports_from_its_own_files_with_bundled_data(installed: Path, tmp_path: Path):
+    code = "import autoresearch_skills.resources as r; print(r.__file__); print(r.resource_dir('templates'))"
+    out = run(installed, tmp_path, "-c", code)
+    assert out.returncode == 0, out.stderr
+    module_file, templates = out.stdout.split()
+    assert module_file.startswith(str(installed))
+    assert templates == str(installed / "autoresearch_skills" / "_bundled" / "templates")
+    for sub in (
+        "launch/local.py",
+        "sources/logs.py",
+        "_bundled/skills/auto-research/SKILL.md",
+        "_bundled/references/stop-rules.md",
+    ):
+        assert (installed / "autoresearch_skills" / sub).exists(), sub
+
+
+def test_init_and_skills_install_work_from_the_wheel(installed: Path, tmp_path: Path):
+    created = run(
+        installed, tmp_path, "-m", "autoresearch_skills.cli", "init", "tiny-lm", str(tmp_path / "lm")
+    )
+    assert created.returncode == 0, created.stderr
+    assert (tmp_path / "lm" / "train.py").exists() and (tmp_path / "lm" / "prepare.py").exists()
+    skills = run(
+        installed, tmp_path, "-m", "autoresearch_skills.cli", "skills", "install", "--agent", "claude"
+    )
+    assert skills.returncode == 0, skills.stderr
+    assert (tmp_path / ".claude" / "skills" / "auto-research" / "SKILL.md").exists()
