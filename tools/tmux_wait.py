@@ -23,7 +23,6 @@ SESSION may also be a run's log path or `.run.json` (any launcher, local runs in
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import subprocess
@@ -35,14 +34,13 @@ from pathlib import Path
 import click
 
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
-from autoresearch_skills.launch.local import wait_for_exit
-from autoresearch_skills.launch.proctree import alive, children
-from autoresearch_skills.launch.tmux import Tmux, read_exit_file, session_target
+from autoresearch_skills.launch.proctree import alive, children, wait_for_exit
+from autoresearch_skills.launch.tmuxcmd import Tmux, read_exit_file, session_target
 
-RECHECK = 5.0  # seconds between tmux queries that do not rely on the signal
+RECHECK = 10.0  # seconds between tmux queries: the backstop behind the signal and the cheap checks
 CHEAP_CHECK = 1.0  # seconds between reads of the exit file and the pane process (no fork)
 FOREIGN_POLL = 0.2  # seconds between /proc checks of a session not started by ars
-SETTLE = 1.0  # seconds for tmux to notice a pane process we saw exit
+SETTLE = 0.25  # seconds for tmux to record the exit status of a pane process we saw exit
 SHELLS = frozenset({"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"})
 PANE_FORMAT = "\t".join(
     ["#{session_name}", "#{pane_id}", "#{pane_pid}", "#{pane_dead}", "#{pane_dead_status}"]
@@ -97,12 +95,13 @@ def query(tmux: Tmux, target: str) -> Pane | None:
 
 
 def query_after_exit(tmux: Tmux, pane: Pane) -> Pane | None:
-    """Query a pane whose process we saw exit: tmux marks it dead a moment later (it reaps
-    the process first), and only then knows its exit status."""
+    """Query a pane whose process we saw exit: tmux marks it dead a moment later, and records
+    its exit status once it reaped it; tmux 3.3 sometimes never does (the reason sessions
+    started by `ars` have an exit file)."""
     give_up = time.monotonic() + SETTLE
     while True:
         now = query(tmux, pane.pane_id)
-        if now is None or now.dead or time.monotonic() >= give_up:
+        if now is None or (now.dead and now.dead_status is not None) or time.monotonic() >= give_up:
             return now
         time.sleep(0.02)
 
@@ -126,6 +125,8 @@ def wait_session(
     deadline = began + seconds
     tmux = Tmux(socket, socket_path)
     pane = query(tmux, resolve_target(target))
+    if pane and pane.dead and pane.dead_status is None:
+        pane = query_after_exit(tmux, pane)
     if pane is None:
         result = WaitResult(target, "gone", kind="foreign", detail="no such session (or no tmux server)")
     elif pane.channel:
@@ -149,8 +150,8 @@ def _pane_ended(pane: Pane | None, kind: str) -> WaitResult | None:
 
 def _wait_ars(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitResult:
     def ended() -> WaitResult | None:
-        state = read_exit_file(pane.exit_file)
-        return WaitResult("", state.name, state.exit_code) if state else None
+        found = read_exit_file(pane.exit_file)
+        return WaitResult("", found[1], found[0]) if found else None
 
     def judge() -> WaitResult | None:
         """Ended? The exit file says so, or tmux does (pane dead, session or server gone)."""
@@ -277,6 +278,8 @@ def _is_run_file(ref: str) -> bool:
 
 def print_result(result: WaitResult, as_json: bool) -> None:
     if as_json:
+        import json
+
         click.echo(json.dumps({**asdict(result), "waited": round(result.waited, 3)}))
         return
     click.echo(f"{'run' if result.kind == 'run' else 'session'}: {result.target}")
@@ -334,7 +337,14 @@ def cli(session: str, seconds: str, socket_name: str | None, socket_path: str | 
     else:
         result = wait_session(session, limit, socket_name, socket_path, recheck)
     print_result(result, as_json)
-    sys.exit(EXIT_OK if result.running else EXIT_NEGATIVE)
+    code = EXIT_OK if result.running else EXIT_NEGATIVE
+    if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
+        # A real process, not a test harness: skip the interpreter's teardown (about 20 ms),
+        # since whoever waits on us is waiting for exactly this moment.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main() -> None:

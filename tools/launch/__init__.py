@@ -6,8 +6,8 @@
     state = launcher.wait(run, 30)                       # State(name, exit_code, detail)
     run = load_run("runs/lr.log")                        # later, from any process
 
-Launchers load by name on first use, so importing this package stays cheap (the tmux waiter
-and `ars` import it on every call). A Slurm launcher registers the same way.
+Launchers load by name on first use, and importing this package loads nothing else (the tmux
+waiter imports it on every call). A Slurm launcher registers the same way.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from __future__ import annotations
 import importlib
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch.base import Launcher, Run, RunSpec, State, state_path_for
+if TYPE_CHECKING:
+    from autoresearch_skills.launch.base import Launcher, Run, RunSpec, State
 
 __all__ = [
     "LAUNCHERS",
@@ -45,6 +46,8 @@ def register_launcher(name: str, target: str) -> None:
 def get_launcher(name: str, **options: object) -> Launcher:
     """A launcher by name; `socket=` picks the tmux server (`-L` name, or `-S` path with a `/`)."""
     if name not in LAUNCHERS:
+        from autoresearch_skills.errors import BadInput
+
         raise BadInput(f"unknown launcher {name!r}: choose one of {', '.join(sorted(LAUNCHERS))}")
     module_name, class_name = LAUNCHERS[name].split(":")
     return getattr(importlib.import_module(module_name), class_name)(**options)
@@ -56,8 +59,11 @@ def load_run(ref: str, socket: str | None = None) -> Run:
     `socket` is the tmux server to ask about session names (`-L` name or `-S` path).
     Raises BadInput when nothing matches.
     """
+    from autoresearch_skills.errors import BadInput
+    from autoresearch_skills.launch.base import state_path_for
+
     path = Path(ref).expanduser()
-    for candidate in (path, state_path_for(path)) if not ref.endswith(".run.json") else (path,):
+    for candidate in (path,) if ref.endswith(".run.json") else (path, state_path_for(path)):
         if candidate.name.endswith(".run.json") and candidate.is_file():
             return _read(candidate)
     found = _from_tmux(ref, socket)
@@ -77,16 +83,29 @@ def load_run(ref: str, socket: str | None = None) -> Run:
 def _from_tmux(session: str, socket: str | None) -> Path | None:
     if not shutil.which("tmux") or "/" in session:
         return None
-    from autoresearch_skills.launch.tmux import Tmux
+    from autoresearch_skills.launch.tmuxcmd import Tmux
 
     value = Tmux(socket).option(session, "@ars_run_file")
     return Path(value) if value and Path(value).is_file() else None
 
 
 def _read(path: Path) -> Run:
+    from autoresearch_skills.errors import BadInput
+    from autoresearch_skills.launch.base import Run
+
     try:
         return Run.load(path)
     except (OSError, ValueError, TypeError) as err:
         raise BadInput(
             f"{path} is not a readable run file ({err}): pass the log path `ars run` printed"
         ) from err
+
+
+def __getattr__(name: str) -> object:
+    """`from autoresearch_skills.launch import Run` works, yet importing the package (as the
+    tmux waiter does on every call) loads no more than it needs."""
+    if name in ("Launcher", "Run", "RunSpec", "State"):
+        from autoresearch_skills.launch import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

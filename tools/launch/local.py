@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from autoresearch_skills.launch.base import (
     slug,
     state_path_for,
 )
-from autoresearch_skills.launch.proctree import alive, kill_tree, tree
+from autoresearch_skills.launch.proctree import alive, kill_tree, tree, wait_for_exit
 from autoresearch_skills.launch.runindex import remember
 
 SUPERVISOR = "autoresearch_skills.launch.supervise"
@@ -217,17 +216,3 @@ def tree_of(run: Run) -> tuple[list[int], list[int]]:
 def run_processes(run: Run) -> set[int]:
     roots, groups = tree_of(run)
     return tree(roots, groups) if roots or groups else set()
-
-
-def wait_for_exit(pid: int, start: int | None, timeout: float | None) -> None:
-    """Sleep until `pid` exits or `timeout` passes: a pidfd wakes us at once (Linux 5.3+)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        time.sleep(0.1 if timeout is None else max(0.0, min(0.1, timeout)))
-        return
-    try:
-        if alive(pid, start):  # the pidfd is for the process we mean, not a recycled pid
-            select.select([fd], [], [], timeout)
-    finally:
-        os.close(fd)

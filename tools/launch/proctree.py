@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
+HAS_PROC = PROC.is_dir()
 POLL = 0.05  # seconds between re-scans while a tree is dying
 
 
@@ -38,10 +40,11 @@ class Proc:
 
 def read_proc(pid: int) -> Proc | None:
     """One process's row, or None when it does not exist."""
-    if not PROC.is_dir():
+    if not HAS_PROC:
         return snapshot().get(pid)
     try:
-        data = (PROC / str(pid) / "stat").read_bytes()
+        with open(f"/proc/{pid}/stat", "rb") as handle:  # plain open: waiters call this often
+            data = handle.read()
     except OSError:
         return None
     return _parse_stat(pid, data)
@@ -57,13 +60,14 @@ def _parse_stat(pid: int, data: bytes) -> Proc | None:
 
 def snapshot() -> dict[int, Proc]:
     """Every process on the machine, by pid."""
-    if not PROC.is_dir():
+    if not HAS_PROC:
         return _ps_snapshot()
     table = {}
     for entry in os.scandir(PROC):
         if entry.name.isdigit():
             try:
-                data = Path(entry.path, "stat").read_bytes()
+                with open(f"{entry.path}/stat", "rb") as handle:
+                    data = handle.read()
             except OSError:
                 continue  # exited while we scanned
             proc = _parse_stat(int(entry.name), data)
@@ -102,9 +106,9 @@ def alive(pid: int | None, start: int | None = None) -> bool:
 
 def children(pid: int) -> list[int]:
     """Live direct children; cheap on Linux (one small file), a full scan elsewhere."""
-    path = PROC / str(pid) / "task" / str(pid) / "children"
     try:
-        pids = [int(p) for p in path.read_text().split()]
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
+            pids = [int(p) for p in handle.read().split()]
     except (OSError, ValueError):
         return [p.pid for p in snapshot().values() if p.ppid == pid and not p.gone]
     return [p for p in pids if alive(p)]
@@ -198,3 +202,17 @@ def kill_tree(
     if reap:
         reap()
     return signalled
+
+
+def wait_for_exit(pid: int, start: int | None, timeout: float | None) -> None:
+    """Sleep until `pid` exits or `timeout` passes: a pidfd wakes us at once (Linux 5.3+)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        time.sleep(0.1 if timeout is None else max(0.0, min(0.1, timeout)))
+        return
+    try:
+        if alive(pid, start):  # the pidfd is for the process we mean, not a recycled pid
+            select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)

@@ -13,9 +13,7 @@ Socket handling, decided once: `socket` is a `-L` name, or a `-S` path when it c
 none means tmux's default (or the server we run inside). The supervisor records the server's
 exact socket path in the run file, and every later call (status, cancel, signal) uses `-S PATH`.
 
-Every value reaches tmux as its own argv element, never through a shell. tmux itself splits
-commands at an argument that ends in `;`; `arg()` escapes that, so no name or value can end a
-command early.
+Every value reaches tmux as its own argv element, never through a shell (see tmuxcmd.py).
 """
 
 from __future__ import annotations
@@ -27,65 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, FINISHED, Run, RunSpec, State, slug
+from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, Run, RunSpec, State, slug
 from autoresearch_skills.launch.local import SUPERVISOR, LocalLauncher, prepare_run, record
 from autoresearch_skills.launch.runindex import remember
+from autoresearch_skills.launch.tmuxcmd import THEN, Then, Tmux, session_target
 
 PANE_SIZE = ("200", "50")  # columns, rows of a detached session: wide enough for log lines
 START_TIMEOUT = 120.0  # seconds for the supervisor in the pane to start the command
-
-
-class Then:
-    """The separator between chained tmux commands (a bare `;` argument)."""
-
-
-THEN = Then()
-
-
-def arg(value: str) -> str:
-    """`value` as one literal tmux argument: a trailing `;` would otherwise end the command."""
-    return value[:-1] + "\\;" if value.endswith(";") else value
-
-
-def socket_args(socket: str | None) -> list[str]:
-    if not socket:
-        return []
-    return ["-S", socket] if "/" in socket else ["-L", socket]
-
-
-class Tmux:
-    """A tmux server: `-L name`, `-S path`, or the default. Calls plain `tmux` (a few ms each)."""
-
-    def __init__(self, socket: str | None = None, socket_path: str | None = None):
-        if socket_path:  # -S with a bare file name: still a path, not a -L name
-            socket = os.path.abspath(socket_path)
-        self.socket = socket
-        self.prefix = ["tmux", *socket_args(socket)]
-
-    @classmethod
-    def for_run(cls, run: Run) -> Tmux:
-        return cls(run.extra.get("tmux_socket") or run.extra.get("socket"))
-
-    def __call__(self, *args: str | Then, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        argv = [";" if a is THEN else arg(str(a)) for a in args]
-        return subprocess.run(
-            [*self.prefix, *argv],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    def option(self, session: str, name: str) -> str | None:
-        result = self("show-options", "-q", "-v", "-t", session_target(session), name)
-        value = result.stdout.rstrip("\n")
-        return value if result.returncode == 0 and value else None
-
-
-def session_target(session: str) -> str:
-    """Exact match of a session (tmux would otherwise take a unique prefix), its active pane."""
-    return f"={session}:"
 
 
 class TmuxLauncher(LocalLauncher):
@@ -154,20 +100,6 @@ class TmuxLauncher(LocalLauncher):
         raise RuntimeError(
             f"the run supervisor in tmux session {run.run_id} did not start within {START_TIMEOUT:g}s"
         )
-
-
-def read_exit_file(path: str | None) -> State | None:
-    """The "STATUS STATE" line the supervisor writes at the end; a bare status means exited."""
-    if not path:
-        return None
-    try:
-        words = Path(path).read_text().split()
-    except OSError:
-        return None
-    if not words or not words[0].lstrip("-").isdigit():
-        return None
-    name = words[1] if len(words) > 1 and words[1] in FINISHED else "exited"
-    return State(name, int(words[0]))  # type: ignore[arg-type]
 
 
 def _hand_over_environment(run: Run) -> None:
