@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from launch_helpers import TREE_SIZE, ars, ars_json, make_tree, read_pids, survivors, wait_until
@@ -236,3 +237,24 @@ def test_wait_command_works_on_a_local_run_log(local, tmp_path):
     assert result.returncode == 1
     assert "exit_status: 2" in result.stdout
     assert time.monotonic() - began < 20
+
+
+def test_follow_copies_the_log_and_bad_env_is_refused(tmp_path):
+    followed = ars("run", "-t", "30s", "--follow", "--log", str(tmp_path / "f.log"), "--", "echo", "streamed")
+    assert followed.returncode == 0
+    assert followed.stdout.index("streamed") < followed.stdout.index("state: exited")
+    refused = ars("run", "-t", "30s", "-e", "NOEQUALS", "--log", str(tmp_path / "g.log"), "--", "true")
+    assert refused.returncode == 2 and "KEY=VALUE" in refused.stderr
+
+
+def test_run_recorded_on_another_host_is_left_alone(local, tmp_path):
+    run = local.start(RunSpec(command=["true"], log_path=tmp_path / "o.log", timeout=30))
+    local.wait(run, 30)
+    record = json.loads(Path(run.state_path).read_text())
+    record.update(state="running", ended_at=None, extra={**record["extra"], "host": "elsewhere"})
+    Path(run.state_path).write_text(json.dumps(record))
+    state = local.status(run)
+    assert state.name == "running" and "elsewhere" in state.detail
+    assert load_run(run.state_path).state == "running"  # not marked lost from the wrong machine
+    with pytest.raises(BadInput, match="cancel it there"):
+        local.cancel(run)

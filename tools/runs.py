@@ -167,7 +167,7 @@ def run_command(
     follow: bool | None,
     as_json: bool,
     command: tuple[str, ...],
-) -> None:  # fmt: skip
+) -> None:
     """Run COMMAND under a hard timeout, its output in --log; wait for it, or --detach.
 
     The whole process tree is stopped at the timeout (SIGTERM, then SIGKILL after
@@ -194,23 +194,54 @@ def run_command(
         name=name or default_name(log_path),
     )
     launcher = get_launcher(launcher_name, socket=socket)
+    interrupts = Interrupts()
     run = launcher.start(spec)
-    if detach:
-        info = describe(run, launcher.status(run))
-        if as_json:
-            click.echo(json.dumps(info))
-        else:
-            print_info(info, (*START_KEYS, "state"))
-        sys.exit(EXIT_OK)
-    if not as_json:
-        print_info(describe(run, State("running")), START_KEYS)
-    state = _wait_in_foreground(launcher, run, sys.stdout.isatty() if follow is None else follow)
+    try:
+        interrupts.raise_from_now()
+        if detach:
+            info = describe(run, launcher.status(run))
+            if as_json:
+                click.echo(json.dumps(info))
+            else:
+                print_info(info, (*START_KEYS, "state"))
+            sys.exit(EXIT_OK)
+        if not as_json:
+            print_info(describe(run, State("running")), START_KEYS)
+        state = _wait(launcher, run, sys.stdout.isatty() if follow is None else follow)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the cleanup
+        state = launcher.cancel(run)
     final = describe(run.reload(), state)
     if as_json:
         click.echo(json.dumps(final))
     else:
         print_info(final, END_KEYS)
     sys.exit(state.shell_status)
+
+
+class Interrupts:
+    """Ctrl-C, SIGTERM and a closed terminal cancel the run. While it starts they are only
+    noted (a run must not be left behind before we know its id), then raised at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.seen = False
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._note)
+
+    def _note(self, _signum: int, _frame: object) -> None:
+        self.seen = True
+
+    def raise_from_now(self) -> None:
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._raise)
+        if self.seen:
+            raise KeyboardInterrupt
+
+    @staticmethod
+    def _raise(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
 
 
 def _parse_grace(text: str) -> float:
@@ -220,27 +251,16 @@ def _parse_grace(text: str) -> float:
         raise BadInput(f"--grace: {err}") from err
 
 
-def _wait_in_foreground(launcher: Launcher, run: Run, follow: bool) -> State:
-    """Wait for the run; Ctrl-C, SIGTERM or a closed terminal here cancel it."""
-
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
-    try:
-        if not follow:
-            return launcher.wait(run)
-        with open(run.log_path, "rb") as log:
-            while True:
-                state = launcher.wait(run, FOLLOW_EVERY)
-                sys.stdout.buffer.write(log.read())
-                sys.stdout.buffer.flush()
-                if state.finished:
-                    return state
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the cleanup
-        return launcher.cancel(run)
+def _wait(launcher: Launcher, run: Run, follow: bool) -> State:
+    if not follow:
+        return launcher.wait(run)
+    with open(run.log_path, "rb") as log:
+        while True:
+            state = launcher.wait(run, FOLLOW_EVERY)
+            sys.stdout.buffer.write(log.read())
+            sys.stdout.buffer.flush()
+            if state.finished:
+                return state
 
 
 @click.command("status", context_settings={"help_option_names": ["-h", "--help"]})

@@ -10,13 +10,14 @@ Sessions started by `ars run --launcher tmux` carry `@ars_channel` and `@ars_exi
 the waiter blocks in `tmux wait-for CHANNEL`, which the run's supervisor signals as it ends
 (a few ms from exit to return), and never trusts the signal alone: the exit file is read
 before blocking (the run may have ended already) and re-read, together with the pane process,
-every second; tmux itself is asked every few seconds whether the pane is dead or the session
+every second; tmux itself is asked every ten seconds whether the pane is dead or the session
 gone. So a lost signal costs at most a second, never a hang.
 
 Other sessions (a person's own tmux) are polled from /proc, five times a second, at almost no
 cost: an interactive shell in the pane is "running" while it has child processes (`bash
 train.sh` shows as `bash` in `pane_current_command`, an ended remote job still as `ssh`, so
 that is no guide); a pane whose process is the job itself runs until that process exits.
+A job behind `ssh` is out of sight: the waiter sees the ssh client, not the remote command.
 
 SESSION may also be a run's log path or `.run.json` (any launcher, local runs included).
 """
@@ -125,8 +126,8 @@ def wait_session(
     deadline = began + seconds
     tmux = Tmux(socket, socket_path)
     pane = query(tmux, resolve_target(target))
-    if pane and pane.dead and pane.dead_status is None:
-        pane = query_after_exit(tmux, pane)
+    if pane and pane.dead and pane.dead_status is None and not pane.channel:
+        pane = query_after_exit(tmux, pane)  # an ars session has its exit file instead
     if pane is None:
         result = WaitResult(target, "gone", kind="foreign", detail="no such session (or no tmux server)")
     elif pane.channel:
@@ -304,7 +305,14 @@ def print_result(result: WaitResult, as_json: bool) -> None:
     help="seconds between tmux checks that do not rely on the exit signal",
 )
 @click.option("--json", "as_json", is_flag=True, help="one JSON object instead of key: value lines")
-def cli(session: str, seconds: str, socket_name: str | None, socket_path: str | None, recheck: float, as_json: bool) -> None:  # fmt: skip
+def cli(
+    session: str,
+    seconds: str,
+    socket_name: str | None,
+    socket_path: str | None,
+    recheck: float,
+    as_json: bool,
+) -> None:
     """Wait up to SECONDS for the command in tmux SESSION to end.
 
     Exit 0: SECONDS passed and the command still runs. Exit 1: the command ended

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -81,6 +82,9 @@ class LocalLauncher:
         current = run.reload()
         if current.state in FINISHED:
             return current.recorded_state()
+        host = current.extra.get("host")
+        if host and host != platform.node():  # a shared file system: its pids are not ours to judge
+            return State(current.state, detail=f"runs on {host}: ask there")  # type: ignore[arg-type]
         if supervisor_alive(current):
             return State(current.state)  # type: ignore[arg-type]
         current = run.reload()  # it may have finished between the two reads
@@ -113,6 +117,9 @@ class LocalLauncher:
             if state.finished or (left is not None and left <= 0):
                 return state
             current = run.reload()
+            if current.extra.get("host", platform.node()) != platform.node():
+                time.sleep(ORPHAN_POLL if left is None else min(ORPHAN_POLL, left))  # its file is all we see
+                continue
             if supervisor_alive(current):
                 wait_for_exit(current.extra["supervisor_pid"], current.extra.get("supervisor_start"), left)
                 continue
@@ -133,6 +140,9 @@ class LocalLauncher:
         process group is stopped too (no orphans on the GPUs)."""
         current = run.reload()
         state = self.status(current)
+        host = current.extra.get("host")
+        if host and host != platform.node():
+            raise BadInput(f"run {current.run_id} runs on {host}: cancel it there")
         if state.finished:
             if state.name == "lost":
                 kill_tree(*tree_of(current), grace=current.grace)
@@ -159,7 +169,9 @@ def prepare_run(spec: RunSpec, launcher: str, run_id: str) -> Run:
     log.parent.mkdir(parents=True, exist_ok=True)
     state_path = state_path_for(log)
     _refuse_if_running(state_path)
-    extra: dict = {"resources": dict(spec.resources)} if spec.resources else {}
+    extra: dict = {"host": platform.node()}  # pids mean something only on this machine
+    if spec.resources:
+        extra["resources"] = dict(spec.resources)
     return Run(
         launcher=launcher,
         run_id=run_id,

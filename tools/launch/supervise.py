@@ -33,7 +33,7 @@ from pathlib import Path
 
 from autoresearch_skills.clock import format_duration, now_iso
 from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, Run, State
-from autoresearch_skills.launch.proctree import kill_tree, start_time
+from autoresearch_skills.launch.proctree import children, kill_tree, start_time
 
 ECHO_EVERY = 0.25  # seconds between copies of new log bytes into the tmux pane
 ECHO_MAX = 1 << 20  # the pane is a view: when it falls further behind, skip ahead (the log has it all)
@@ -62,6 +62,7 @@ class Supervisor:
         self.began = time.monotonic()
         self.log_fd = -1
         self.echo_file = None
+        self.subreaper = False
         self.wake_r, self.wake_w = os.pipe()
 
     # -- set-up -----------------------------------------------------------------
@@ -95,7 +96,7 @@ class Supervisor:
 
     def main(self) -> int:
         self._install_signals()
-        _become_subreaper()
+        self.subreaper = _become_subreaper()
         run = self.run
         self.log_fd = os.open(run.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         if self.echo:
@@ -174,10 +175,12 @@ class Supervisor:
             _drain(self.wake_r)
             self._copy_to_pane()
         # The command ended; background processes it left behind (dataloader workers, a
-        # forgotten `&`) would hold GPUs and memory while the next run starts.
-        left = kill_tree([os.getpid()], [self.child_pid], run.grace, reap=self._reap)
-        if left:
-            self._note(f"stopped {len(left)} process(es) the command left running")
+        # forgotten `&`) would hold GPUs and memory while the next run starts. As subreaper we
+        # inherit all of them: no children of ours, nothing left (no scan of the process table).
+        if not (self.subreaper and not children(os.getpid())):
+            left = kill_tree([os.getpid()], [self.child_pid], run.grace, reap=self._reap)
+            if left:
+                self._note(f"stopped {len(left)} process(es) the command left running")
         return State("exited", self.status)
 
     def _kill(self, why: str) -> None:
@@ -274,15 +277,17 @@ def _drain(fd: int) -> None:
         pass
 
 
-def _become_subreaper() -> None:
+def _become_subreaper() -> bool:
+    """Orphans of the tree become our children instead of init's (Linux 3.4+). Without it,
+    they are still found through the process group and the pids seen while stopping."""
     if not sys.platform.startswith("linux"):
-        return
+        return False
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
-        pass  # without it, orphans are still found through the process group
+        return False
 
 
 def main(argv: list[str] | None = None) -> None:
