@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -342,6 +343,10 @@ def cli(
         raise BadInput(f"--recheck must be positive, got {recheck:g}")
     if _is_run_file(session):
         result = wait_run_file(session, limit)
+    elif shutil.which("tmux") is None:
+        raise BadInput(
+            "tmux is not installed here: install it, or pass a run's log path instead of a session"
+        )
     else:
         result = wait_session(session, limit, socket_name, socket_path, recheck)
     print_result(result, as_json)

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, Run, RunSpec, State, slug
 from autoresearch_skills.launch.local import SUPERVISOR, LocalLauncher, prepare_run, record
 from autoresearch_skills.launch.runindex import remember
@@ -42,6 +44,8 @@ class TmuxLauncher(LocalLauncher):
         self.tmux = Tmux(socket)
 
     def start(self, spec: RunSpec) -> Run:
+        if shutil.which("tmux") is None:
+            raise BadInput("tmux is not installed here: install it, or use the local launcher")
         base = slug(spec.name, 50)
         run = prepare_run(spec, self.name, base)
         run.extra.update(socket=self.tmux.socket, exit_file=run.log_path + ".exit")
