@@ -86,7 +86,7 @@ def test_missing_command_exits_127_like_a_shell(local, tmp_path):
 
 def test_cancel_stops_the_whole_tree(local, tmp_path):
     command, pidfile = make_tree(tmp_path)
-    run = local.start(RunSpec(command=command, log_path=tmp_path / "c.log", timeout=600, grace=0.5))
+    run = local.start(RunSpec(command=command, log_path=tmp_path / "c.log", timeout=120, grace=0.5))
     wait_until(lambda: len(read_pids(pidfile)) >= TREE_SIZE, what="the whole tree to start")
     state = local.cancel(run)
     assert state.name == "cancelled"
@@ -154,7 +154,7 @@ def test_ars_cancel_from_another_process_stops_the_tree(tmp_path):
     command, pidfile = make_tree(tmp_path)
     log = str(tmp_path / "k.log")
     assert (
-        ars("run", "--detach", "-t", "10m", "--grace", "0.5s", "--log", log, "--", *command).returncode == 0
+        ars("run", "--detach", "-t", "2m", "--grace", "0.5s", "--log", log, "--", *command).returncode == 0
     )
     wait_until(lambda: len(read_pids(pidfile)) >= TREE_SIZE, what="the whole tree to start")
     cancelled = ars("cancel", log)
@@ -175,7 +175,7 @@ def test_ctrl_c_on_a_foreground_run_cancels_it(tmp_path):
             "autoresearch_skills.cli",
             "run",
             "-t",
-            "10m",
+            "2m",
             "--log",
             str(log),
             "--",

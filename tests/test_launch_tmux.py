@@ -130,7 +130,7 @@ def test_same_name_twice_gets_a_second_session(launcher, server, tmp_path):
 def test_killed_session_is_recorded_as_cancelled(launcher, server, tmp_path):
     command, pidfile = make_tree(tmp_path)
     run = launcher.start(
-        RunSpec(command=command, log_path=tmp_path / "k.log", timeout=600, grace=0.5, name="doomed")
+        RunSpec(command=command, log_path=tmp_path / "k.log", timeout=120, grace=0.5, name="doomed")
     )
     wait_until(lambda: len(read_pids(pidfile)) >= TREE_SIZE, what="the whole tree to start")
     server("kill-session", "-t", "=doomed")
@@ -142,7 +142,7 @@ def test_killed_session_is_recorded_as_cancelled(launcher, server, tmp_path):
 def test_detached_tmux_run_is_queried_and_cancelled_from_other_processes(server, tmp_path):
     log = str(tmp_path / "d.log")
     started = ars(
-        "run", "-l", "tmux", "-L", server.name, "--name", "detached run", "--detach", "-t", "10m", "--grace", "0.5s",
+        "run", "-l", "tmux", "-L", server.name, "--name", "detached run", "--detach", "-t", "2m", "--grace", "0.5s",
         "--log", log, "--json", "--", "sleep", "1000",
     )  # fmt: skip
     assert started.returncode == 0, started.stderr
