@@ -1,0 +1,46 @@
+"""`make demo` end to end, with a short training budget: six ledger rows (one crash on
+purpose), kept branches, the report and the chart."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoresearch_skills import ledger
+
+pytest.importorskip("torch", reason="the demo trains the tiny-lm target with torch")
+
+
+@pytest.mark.timeout(400)
+def test_demo_runs_a_whole_campaign(tmp_path: Path):
+    env = {**os.environ, "ARS_DEMO_DIR": str(tmp_path), "TIME_BUDGET": "2"}
+    result = subprocess.run(
+        [sys.executable, "-m", "autoresearch_skills.demo"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (scratch,) = tmp_path.glob("run-*")
+    folder = scratch / "reports" / "auto_research" / "tiny-lm-demo"
+    rows = ledger.read(folder / "results.tsv")
+    assert [Path(r.branch).name for r in rows] == [
+        "baseline",
+        "narrower",
+        "lower-lr",
+        "bad-heads",
+        "shallower",
+        "deeper",
+    ]
+    assert (
+        rows[0].status == "keep" and rows[3].status == "crash" and "must divide WIDTH" in rows[3].description
+    )
+    assert all(r.metric_value < 8 for r in rows if r.status in ("keep", "discard"))
+    assert (folder / "report.md").exists() and (folder / "progress.png").stat().st_size > 10_000
+    assert "stop condition met: 6/6 attempted" in result.stdout
+    branches = subprocess.run(
+        ["git", "branch", "--list", "autoresearch/*"], cwd=scratch, capture_output=True, text=True
+    ).stdout
+    assert len(branches.split()) == 6
+    assert list((scratch / "session").glob("*/timeline.md"))
