@@ -39,8 +39,7 @@ def test_demo_runs_a_whole_campaign(tmp_path: Path):
     assert all(r.metric_value < 8 for r in rows if r.status in ("keep", "discard"))
     assert (folder / "report.md").exists() and (folder / "progress.png").stat().st_size > 10_000
     assert "stop condition met: 6/6 attempted" in result.stdout
-    branches = subprocess.run(
-        ["git", "branch", "--list", "autoresearch/*"], cwd=scratch, capture_output=True, text=True
-    ).stdout
+    listing = ["git", "branch", "--list", "autoresearch/*", "--format=%(refname:short)"]
+    branches = subprocess.run(listing, cwd=scratch, capture_output=True, text=True).stdout
     assert len(branches.split()) == 6
     assert list((scratch / "session").glob("*/timeline.md"))
