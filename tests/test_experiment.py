@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_helpers import ars, git, make_repo
 
 from autoresearch_skills import ledger
 
@@ -26,19 +27,6 @@ print("peak_vram_mb:     2048.0")
 """
 
 
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def ars(cwd: Path, *args: str, code: int | None = 0) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", "autoresearch_skills.cli", *args], cwd=cwd, capture_output=True, text=True
-    )
-    if code is not None:
-        assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return result
-
-
 def set_constant(repo: Path, name: str, value: str, file: str = "train.py") -> None:
     path = repo / file
     lines = [
@@ -50,14 +38,7 @@ def set_constant(repo: Path, name: str, value: str, file: str = "train.py") -> N
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    (root / "train.py").write_text(TRAIN)
-    (root / "prepare.py").write_text("DATA = 'frozen'\n")
-    git(root, "add", ".")
-    git(root, "commit", "-q", "-m", "initial")
-    return root
+    return make_repo(tmp_path / "project", {"train.py": TRAIN, "prepare.py": "DATA = 'frozen'\n"})
 
 
 def init_campaign(repo: Path, *extra: str, stop: str = "4 experiments or 1h total, 1m each") -> None:

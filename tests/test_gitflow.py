@@ -2,47 +2,36 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from repo_helpers import git, make_repo
 
 from autoresearch_skills import gitflow
 from autoresearch_skills.errors import BadInput
 
 
-def sh(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    sh(root, "init", "-q", "-b", "main")
-    (root / "train.py").write_text("LR = 0.01\n")
-    (root / "README.md").write_text("readme\n")
-    sh(root, "add", ".")
-    sh(root, "commit", "-q", "-m", "initial")
-    return root
+    return make_repo(tmp_path / "repo", {"train.py": "LR = 0.01\n", "README.md": "readme\n"})
 
 
 def test_empty_commit_touches_neither_index_nor_files(repo: Path):
     (repo / "train.py").write_text("LR = 0.5  # user's edit\n")
-    sh(repo, "add", "train.py")
+    git(repo, "add", "train.py")
     (repo / "notes.txt").write_text("mine\n")
     head = gitflow.head_commit(repo)
     sha = gitflow.empty_commit(repo, head, gitflow.BASELINE_MESSAGE)
-    assert sh(repo, "log", "-1", "--format=%s", sha) == "baseline: record starting point"
-    assert sh(repo, "rev-parse", f"{sha}^{{tree}}") == sh(repo, "rev-parse", "HEAD^{tree}")
-    assert sh(repo, "diff", "--cached", "--name-only") == "train.py"  # still staged, not committed
+    assert git(repo, "log", "-1", "--format=%s", sha) == "baseline: record starting point"
+    assert git(repo, "rev-parse", f"{sha}^{{tree}}") == git(repo, "rev-parse", "HEAD^{tree}")
+    assert git(repo, "diff", "--cached", "--name-only") == "train.py"  # still staged, not committed
     assert (repo / "train.py").read_text() == "LR = 0.5  # user's edit\n"
 
 
 def test_tree_state_separates_staged_modified_untracked(repo: Path):
     (repo / "train.py").write_text("LR = 1\n")
     (repo / "README.md").write_text("changed\n")
-    sh(repo, "add", "README.md")
+    git(repo, "add", "README.md")
     (repo / "new.txt").write_text("x")
     state = gitflow.tree_state(repo)
     assert state.staged == ["README.md"]
@@ -63,10 +52,10 @@ def test_changed_paths_leaves_out_untracked_files_that_predate_the_experiment(re
 def test_commit_paths_commits_only_the_given_paths(repo: Path):
     (repo / "train.py").write_text("LR = 0.02\n")
     (repo / "README.md").write_text("user edit\n")
-    sh(repo, "add", "README.md")  # the user staged something of theirs
+    git(repo, "add", "README.md")  # the user staged something of theirs
     gitflow.commit_paths(repo, ["train.py"], "raise LR")
-    assert sh(repo, "show", "--name-only", "--format=", "HEAD") == "train.py"
-    assert sh(repo, "diff", "--cached", "--name-only") == "README.md"
+    assert git(repo, "show", "--name-only", "--format=", "HEAD") == "train.py"
+    assert git(repo, "diff", "--cached", "--name-only") == "README.md"
 
 
 def test_repo_root_from_a_worktree_is_the_main_tree(repo: Path, tmp_path: Path):
@@ -80,7 +69,7 @@ def test_not_a_repository_and_detached_head_are_bad_input(repo: Path, tmp_path: 
     plain.mkdir()
     with pytest.raises(BadInput, match="not inside a git repository"):
         gitflow.repo_root(plain)
-    sh(repo, "checkout", "-q", "--detach")
+    git(repo, "checkout", "-q", "--detach")
     with pytest.raises(BadInput, match="detached HEAD"):
         gitflow.current_branch(repo)
 

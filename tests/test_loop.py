@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repo_helpers import ars, git, make_repo
 
 from autoresearch_skills import ledger
 
@@ -50,34 +51,14 @@ PATCH_FROZEN = """\
 """
 
 
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def ars(cwd: Path, *args: str, code: int | None = 0, timeout: float = 120) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", "autoresearch_skills.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if code is not None:
-        assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return result
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    (root / "train.py").write_text(TRAIN)
-    (root / "prepare.py").write_text("DATA = 'frozen'\n")
-    (root / "program.md").write_text("Lower val_bpb. Only train.py may change.\n")
-    git(root, "add", ".")
-    git(root, "commit", "-q", "-m", "initial")
-    return root
+    files = {
+        "train.py": TRAIN,
+        "prepare.py": "DATA = 'frozen'\n",
+        "program.md": "Lower val_bpb. Only train.py may change.\n",
+    }
+    return make_repo(tmp_path / "project", files)
 
 
 def write_campaign(repo: Path, policy: dict, stop: str = "10 experiments", **extra) -> Path:

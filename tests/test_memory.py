@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
+from repo_helpers import ars
+
 from autoresearch_skills import memory
-
-ARS = [sys.executable, "-m", "autoresearch_skills.cli"]
-
-
-def ars(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([*ARS, *args], cwd=cwd, capture_output=True, text=True)
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
 
 
 def test_start_writes_the_four_files_with_their_sections(tmp_path: Path):
@@ -67,7 +58,7 @@ def test_state_round_trips_through_markdown():
 
 
 def test_resume_without_anything_is_bad_input(tmp_path: Path):
-    result = ars(tmp_path, "memory", "resume", check=False)
+    result = ars(tmp_path, "memory", "resume", code=None)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "nothing to resume" in result.stderr
 

@@ -109,17 +109,12 @@ def _campaigns_root(repo: Path) -> Path:
 
 
 def load(folder: Path) -> Campaign:
-    import yaml
+    from autoresearch_skills.yamlfile import read_yaml
 
     config = folder / "campaign.yaml"
-    try:
-        data = yaml.safe_load(config.read_text())
-    except FileNotFoundError:
-        raise BadInput(
-            f"{folder} is not a campaign folder (no campaign.yaml); see `ars campaign init --help`"
-        ) from None
-    except yaml.YAMLError as err:
-        raise BadInput(f"{config} is not valid YAML: {str(err).splitlines()[0]}") from None
+    data = read_yaml(config, missing_hint="not a campaign folder; see `ars campaign init --help`")
+    if not isinstance(data, dict):
+        raise BadInput(f"{config} is not a campaign settings file (expected a mapping)")
     known = set(Settings.__dataclass_fields__)
     try:
         settings = Settings(**{k: v for k, v in data.items() if k in known})

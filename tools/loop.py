@@ -22,6 +22,7 @@ from autoresearch_skills.campaign import Campaign, create, find, load
 from autoresearch_skills.clock import format_duration, now, parse_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.proposals import MAX_RETRIES, Proposal, Rejected, apply, make_policy, validate
+from autoresearch_skills.yamlfile import read_yaml
 
 POLL = 1.0  # seconds between checks of a running experiment
 METRIC_EVERY = 5.0  # seconds between reads of the live metric
@@ -78,14 +79,7 @@ class Interrupts:
 
 
 def read_campaign_file(path: Path) -> dict:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{path} does not exist; copy templates/campaign.yaml and edit it") from None
-    except yaml.YAMLError as err:
-        raise BadInput(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    data = read_yaml(path, missing_hint="copy templates/campaign.yaml and edit it")
     if not isinstance(data, dict):
         raise BadInput(f"{path} must be a mapping (name, metric, direction, command, stop, policy)")
     missing = [k for k in ("name", "metric", "direction", "command", "policy") if k not in data]

@@ -305,16 +305,9 @@ def _mapping_value(key: str, value):
 
 
 def load_file(path: str | Path) -> StopRules:
-    import yaml
+    from autoresearch_skills.yamlfile import read_yaml
 
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{path} does not exist") from None
-    except yaml.YAMLError as err:
-        raise BadInput(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
-    return from_mapping(data, source=str(path))
+    return from_mapping(read_yaml(path), source=str(path))
 
 
 # ---------------------------------------------------------------- evaluation

@@ -1,0 +1,36 @@
+"""Shared by the git, experiment, loop and memory tests: git and `ars` as real subprocesses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def ars(cwd: Path, *args: str, code: int | None = 0, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `ars ARGS` in `cwd`; assert its exit code unless `code` is None."""
+    result = subprocess.run(
+        [sys.executable, "-m", "autoresearch_skills.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if code is not None:
+        assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def make_repo(root: Path, files: dict[str, str]) -> Path:
+    """A git repository with `files` in one first commit on `main`."""
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    for name, text in files.items():
+        (root / name).write_text(text)
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "initial")
+    return root
