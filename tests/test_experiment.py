@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,25 @@ def test_bad_input_is_one_line_and_exit_2(
     result = ars(cwd, *args, code=2)
     assert message in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_cancel_stops_the_run_and_records_one_row(repo: Path):
+    init_campaign(repo, "--launcher", "local")
+    ars(repo, "exp", "baseline")
+    ars(repo, "exp", "start", "slow", "-m", "sleeps")
+    set_constant(repo, "SLEEP", "60")
+    runner = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "exp", "run"], cwd=repo,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    state_path = repo / "reports/auto_research/demo/state.json"
+    deadline = time.time() + 30
+    while time.time() < deadline and '"phase": "running"' not in state_path.read_text():
+        time.sleep(0.1)
+    cancelled = ars(repo, "exp", "cancel", "--reason", "diverged").stdout
+    assert "ledger: row 1 cancelled" in cancelled
+    out, err = runner.communicate(timeout=60)
+    assert runner.returncode == 0, err
+    assert "recorded by another command" in out
+    table = rows(repo)
+    assert [r.status for r in table] == ["keep", "cancelled"] and table[1].description.endswith(
+        "[cancelled: diverged]"
+    )

@@ -13,6 +13,8 @@ names the campaign that `ars exp ...` commands act on when none is given.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -63,6 +65,7 @@ class Settings:
 class Campaign:
     folder: Path
     settings: Settings
+    _lock_depth: int = field(default=0, repr=False, compare=False)
 
     @property
     def ledger(self) -> Path:
@@ -90,6 +93,25 @@ class Campaign:
         """Atomic replace, keeping the previous version as .bak."""
         state["updated_at"] = format_iso(now())
         write_text_atomic(self.state_path, json.dumps(state, indent=2) + "\n", backup=True)
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Exclusive across processes (reentrant within one): recording an attempt is a
+        read-check-append-clear sequence that two commands must never interleave."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        with open(self.folder / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
 
     def rows(self) -> list:
         from autoresearch_skills import ledger

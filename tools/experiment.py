@@ -3,6 +3,7 @@ metric, one ledger row, verdict), mark (the agent's own decision).
 
 Each attempt ends in exactly one ledger row. What is in flight lives in the campaign's
 state.json under `current`, with a phase:
+    opening  intent saved, branch being created (completed by the next command if interrupted)
     open     branch created, the agent edits and commits
     running  the run was launched (its launcher record is kept, so a new process can adopt it)
     decide   finished under `--decide manual`; `ars exp mark` writes the row
@@ -22,7 +23,6 @@ from autoresearch_skills.errors import BadInput, run_cli
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
 PROGRESS_EVERY = 30.0  # seconds between progress lines while a run is waited on
-TIMEOUT_EXIT_CODE = 124
 
 
 # ---------------------------------------------------------------- workspace and branches
@@ -284,10 +284,15 @@ def wait(campaign: Campaign, progress=None):
 
 
 def cancel(campaign: Campaign):
+    """Cancel the running experiment's run and keep its result (metric, if any) for the row."""
     from autoresearch_skills.launch.base import Run
 
-    current = _current(_load(campaign), phases=("running",))
-    return launcher_for(campaign).cancel(Run(**current["run"]))
+    state = _load(campaign)
+    current = _current(state, phases=("running",))
+    run_state = launcher_for(campaign).cancel(Run(**current["run"]))
+    current["result"] = judge(campaign, current, run_state)
+    campaign.save_state(state)
+    return run_state
 
 
 def judge(campaign: Campaign, current: dict, run_state) -> dict:
@@ -358,6 +363,11 @@ def _last_error(log_path: str) -> str:
 
 def record(campaign: Campaign, status: str | None = None, reason: str | None = None):
     """Write the attempt's one ledger row, then (ratchet) move the branch back if not kept."""
+    with campaign.lock():
+        return _record(campaign, status, reason)
+
+
+def _record(campaign: Campaign, status: str | None, reason: str | None):
     from autoresearch_skills import gitflow, ledger
     from autoresearch_skills.memory import note_event
 
@@ -403,18 +413,22 @@ def record(campaign: Campaign, status: str | None = None, reason: str | None = N
     return row
 
 
-def finish(campaign: Campaign, run_state) -> tuple[dict, object | None]:
-    """Judge a finished run; write its row unless the campaign decides manually."""
-    state = _load(campaign)
-    current = _current(state, phases=("running",))
-    result = judge(campaign, current, run_state)
-    current["result"] = result
-    manual = campaign.settings.decide == "manual" and result["status"] in ("keep", "discard")
-    current["phase"] = "decide" if manual else "running"
-    campaign.save_state(state)
-    if manual:
-        return result, None
-    return result, record(campaign)
+def finish(campaign: Campaign, run_state, run_id: str) -> tuple[dict, object | None] | None:
+    """Judge the finished run `run_id`; write its row unless the campaign decides manually.
+    None when another command (`ars exp cancel`, a second `ars exp run`) recorded it first."""
+    with campaign.lock():
+        state = _load(campaign)
+        current = state.get("current") or {}
+        if current.get("phase") != "running" or current.get("run", {}).get("run_id") != run_id:
+            return None
+        result = judge(campaign, current, run_state)
+        current["result"] = result
+        manual = campaign.settings.decide == "manual" and result["status"] in ("keep", "discard")
+        current["phase"] = "decide" if manual else "running"
+        campaign.save_state(state)
+        if manual:
+            return result, None
+        return result, record(campaign)
 
 
 # ---------------------------------------------------------------- command line
@@ -460,8 +474,12 @@ def _run_and_report(campaign: Campaign, timeout: float | None, force: bool, as_j
         click.echo(f"  {format_duration(elapsed)} elapsed, {format_duration(left)} left", err=True)
 
     run_state = wait(campaign, progress=None if as_json else progress)
-    result, row = finish(campaign, run_state)
-    _print_result(campaign, result, row, as_json)
+    finished = finish(campaign, run_state, current["run"]["run_id"])
+    if finished is None:
+        click.echo(f"{current['slug']}: {run_state.name}, recorded by another command")
+        click.echo(campaign.verdict().line)
+        return
+    _print_result(campaign, *finished, as_json)
 
 
 @click.group("exp")
@@ -565,6 +583,24 @@ def run_cmd(timeout, force, ref, as_json) -> None:
     """
     campaign = find(ref)
     _run_and_report(campaign, _duration(timeout), force, as_json)
+
+
+@cli.command("cancel")
+@click.option("--reason", default="cancelled by hand", show_default=True)
+@campaign_option
+def cancel_cmd(reason, ref) -> None:
+    """Cancel the running experiment (its whole process tree) and record it as cancelled.
+
+    \b
+    Examples:
+      ars exp cancel --reason "loss diverged at step 200; no point finishing"
+    """
+    campaign = find(ref)
+    with campaign.lock():
+        cancel(campaign)
+        row = record(campaign, status="cancelled", reason=reason)
+    click.echo(f"ledger: row {row.index} cancelled in {campaign.ledger}")
+    click.echo(campaign.verdict().line)
 
 
 @cli.command("mark")

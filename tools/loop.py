@@ -284,7 +284,11 @@ class Loop:
                 return
         current = self.campaign.load_state()["current"]
         run_state = self.watch(current)
-        result, row = experiment.finish(self.campaign, run_state)
+        finished = experiment.finish(self.campaign, run_state, current["run"]["run_id"])
+        if finished is None:
+            self.out.event("result", f"{current['slug']}: recorded by another command")
+            return
+        result, row = finished
         value = f"{result['metric_value']:.6f}" if result["metric_value"] is not None else "none"
         self.out.event(
             "result",
