@@ -21,6 +21,9 @@ from pathlib import Path
 
 import click
 
+if not __package__:  # run as `python tools/ledger.py` from a checkout with nothing installed
+    import _checkout  # noqa: F401
+
 from autoresearch_skills.clock import now_iso, parse_iso
 from autoresearch_skills.errors import BadInput, run_cli
 

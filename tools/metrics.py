@@ -27,6 +27,9 @@ from pathlib import Path
 
 import click
 
+if not __package__:  # run as `python tools/metrics.py` from a checkout with nothing installed
+    import _checkout  # noqa: F401
+
 from autoresearch_skills.errors import EXIT_NEGATIVE, BadInput, run_cli
 from autoresearch_skills.sources import LineParser, Sample, literal_needle
 

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import click
 
+if not __package__:  # run as `python tools/stoprule.py` from a checkout with nothing installed
+    import _checkout  # noqa: F401
+
 from autoresearch_skills.clock import (
     DURATION_PART,
     format_duration,

@@ -35,6 +35,9 @@ from pathlib import Path
 
 import click
 
+if not __package__:  # run as `python tools/tmux_wait.py` from a checkout with nothing installed
+    import _checkout  # noqa: F401
+
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
 from autoresearch_skills.launch.proctree import alive, children, wait_for_exit
 from autoresearch_skills.launch.tmuxcmd import Tmux, read_exit_file, session_target
