@@ -227,10 +227,15 @@ class Loop:
         return candidate
 
     def context(self) -> dict:
-        """What an external proposer sees: the program, the mutable file, the ledger."""
+        """What an external proposer sees: the program, the ledger, and the mutable files as
+        they are in the commit a proposal starts from (not the user's working tree)."""
+        from autoresearch_skills import gitflow
+
         repo = self.campaign.repo
+        rows = self.campaign.rows()
+        start = experiment._parent_commit(self.campaign, self.parent, rows)
         program = repo / (self.campaign.settings.policy.get("program") or "program.md")
-        mutable = {path: (repo / path).read_text() for path in self.mutable if (repo / path).exists()}
+        mutable = {path: gitflow.git(repo, "show", f"{start}:{path}", check=False) for path in self.mutable}
         return {
             "campaign": self.campaign.settings.name,
             "metric": self.campaign.settings.metric,
@@ -238,7 +243,8 @@ class Loop:
             "program": program.read_text() if program.exists() else "",
             "mutable_files": mutable,
             "frozen_files": self.frozen,
-            "ledger": [r.to_dict() for r in self.campaign.rows()],
+            "ledger": [r.to_dict() for r in rows],
+            "parent_commit": start,
             "workdir": str(repo),
         }
 
