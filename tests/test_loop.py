@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -259,4 +260,57 @@ def test_sigint_with_cancel_records_the_run_and_exits_cleanly(repo: Path):
     assert "stopped on interrupt" in out
     table = rows(repo)
     assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "cancelled")]
+    assert no_training_processes(repo)
+
+
+def wait_for_running(repo: Path, slug: str, seconds: float = 30) -> dict:
+    state_path = repo / "reports/auto_research/loop/state.json"
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            current = json.loads(state_path.read_text()).get("current") or {}
+        except (FileNotFoundError, json.JSONDecodeError):
+            current = {}
+        if current.get("slug") == slug and current.get("phase") == "running":
+            return current
+        time.sleep(0.05)
+    raise AssertionError(f"{slug} never started running")
+
+
+def test_resume_adopts_a_tmux_run_that_outlived_the_loop(repo: Path):
+    socket = f"ars-test-{uuid.uuid4().hex[:8]}"
+    path = write_campaign(repo, slow_queue(1, 3.0), launcher="tmux", tmux_socket=socket)
+    try:
+        loop = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "campaign", "run", str(path)],
+                                cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        session = wait_for_running(repo, "lr-0")["run"]["run_id"]
+        loop.send_signal(signal.SIGKILL)
+        loop.wait()
+        alive = subprocess.run(
+            ["tmux", "-L", socket, "has-session", "-t", f"={session}"], capture_output=True
+        )
+        assert alive.returncode == 0  # the run goes on without its loop
+        out = ars(repo, "campaign", "resume", "loop").stdout
+        assert "adopting its run" in out
+        table = rows(repo)
+        assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "keep")]
+        assert table[1].job_id == session and table[1].launcher == "tmux"
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+
+
+def test_resume_records_a_crash_when_the_runner_died_with_the_loop(repo: Path):
+    path = write_campaign(repo, slow_queue(1, 30.0))
+    loop = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "campaign", "run", str(path)], cwd=repo,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    run = wait_for_running(repo, "lr-0")["run"]
+    loop.send_signal(signal.SIGKILL)
+    loop.wait()
+    # The machine's worst case: the run's supervisor and its whole tree die too.
+    os.kill(run["extra"]["supervisor_pid"], signal.SIGKILL)
+    os.killpg(run["extra"]["pgid"], signal.SIGKILL)
+    ars(repo, "campaign", "resume", "loop")
+    table = rows(repo)
+    assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "crash")]
+    assert "runner died" in table[1].description
     assert no_training_processes(repo)
