@@ -251,3 +251,17 @@ def test_cancel_stops_the_run_and_records_one_row(repo: Path):
     assert [r.status for r in table] == ["keep", "cancelled"] and table[1].description.endswith(
         "[cancelled: diverged]"
     )
+
+
+def test_worktrees_off_refuses_a_dirty_tree_and_says_how_to_proceed(repo: Path):
+    (repo / "train.py").write_text(TRAIN + "# mine\n")
+    init = ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min", "--command", "true",
+               "--worktrees", "off").stdout  # fmt: skip
+    assert "working_tree: 1 modified: train.py" in init
+    assert "worktrees are off and the tree has uncommitted changes" in init
+    refused = ars(repo, "exp", "baseline", code=2)
+    assert "commit them yourself, or allow worktrees" in refused.stderr
+    assert (repo / "train.py").read_text() == TRAIN + "# mine\n"
+    assert git(repo, "branch", "--show-current") == "main"
+    (repo / "train.py").write_text(TRAIN)  # the user tidies up; nothing was left half-made
+    assert "ledger: row 0" in ars(repo, "exp", "baseline").stdout

@@ -28,20 +28,27 @@ PROGRESS_EVERY = 30.0  # seconds between progress lines while a run is waited on
 # ---------------------------------------------------------------- workspace and branches
 
 
+def _check_isolation(campaign: Campaign) -> bool:
+    """Whether experiments must run in the campaign's worktree; refuses (before anything is
+    created) a dirty tree when worktrees are off."""
+    from autoresearch_skills import gitflow
+
+    tree = gitflow.tree_state(campaign.repo)
+    if campaign.settings.worktrees == "off" and tree.dirty_tracked:
+        raise BadInput(
+            f"{campaign.repo} has uncommitted changes ({tree.summary()}); commit them yourself, "
+            "or allow worktrees (`worktrees: auto` in campaign.yaml) so experiments run beside them"
+        )
+    return campaign.settings.worktrees == "always" or tree.dirty_tracked
+
+
 def _workdir(campaign: Campaign, branch: str) -> Path:
     """Check `branch` out where the experiment may edit it: in place when the user's tree is
     clean, else in the campaign's own worktree (their changes are never touched)."""
     from autoresearch_skills import gitflow
 
-    s = campaign.settings
     repo = campaign.repo
-    dirty = gitflow.tree_state(repo).dirty_tracked
-    if s.worktrees == "off" and dirty:
-        raise BadInput(
-            f"{repo} has uncommitted changes ({gitflow.tree_state(repo).summary()}); commit them yourself, "
-            "or allow worktrees (`worktrees: auto` in campaign.yaml) so experiments run beside them"
-        )
-    if s.worktrees == "always" or dirty:
+    if _check_isolation(campaign):
         worktree = campaign.folder / "worktree"
         if not (worktree / ".git").exists():
             gitflow.add_worktree(repo, worktree, branch)
@@ -101,6 +108,7 @@ def start_baseline(campaign: Campaign) -> dict:
 
     state = _load(campaign)
     _require_no_open(state)
+    _check_isolation(campaign)
     branch = f"{campaign.settings.prefix}/baseline"
     if gitflow.branch_exists(campaign.repo, branch):
         raise BadInput(f"{branch} already exists: the baseline was started before; see `ars campaign status`")
@@ -126,6 +134,7 @@ def start(
     s = campaign.settings
     state = _load(campaign)
     _require_no_open(state)
+    _check_isolation(campaign)
     rows = campaign.rows()
     if s.require_baseline and not skip_baseline_check and not rows:
         raise BadInput("no baseline result yet: run `ars exp baseline` first (or pass --no-baseline-check)")
