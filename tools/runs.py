@@ -1,9 +1,10 @@
 """`ars run`, `ars status`, `ars cancel`: one command under a hard timeout, judged from anywhere.
 
-`ars run` hands the command to a launcher (local or tmux; see launch/). A supervisor process
-owns the run, so the timeout holds even when `ars run` itself is gone (--detach, a crash, a
-closed terminal). The run's record lives beside its log as `<log>.run.json`; `ars status` and
-`ars cancel` find it by log path, run id or tmux session name.
+`ars run` hands the command to a launcher (local, tmux or slurm; see launch/). A supervisor
+process (or Slurm) owns the run, so the timeout holds even when `ars run` itself is gone
+(--detach, a crash, a closed terminal). The run's record lives beside its log as
+`<log>.run.json`; `ars status` and `ars cancel` find it by log path, run id (a Slurm job id)
+or tmux session name.
 
 Exit status of `ars run` (without --detach): the command's own; 124 when the timeout stopped it
 (as coreutils `timeout` does); 130 when it was cancelled; 125 when it was lost (its supervisor
@@ -147,6 +148,10 @@ END_KEYS = ("state", "exit_code", "elapsed", "detail")
 )
 @click.option("-d", "--detach", is_flag=True, help="start, print the run's id and files, return at once")
 @click.option("-L", "--socket", help="tmux server: -L name, or a socket path with a `/`")
+@click.option("--partition", help="Slurm partition (--launcher slurm)")
+@click.option("--gpus", help="Slurm: GPUs per job, a count (2) or type:count (a100:2)")
+@click.option("--mem", help="Slurm: memory per node (16G)")
+@click.option("--cpus", help="Slurm: CPUs per task")
 @click.option(
     "--follow/--no-follow",
     default=None,
@@ -164,6 +169,10 @@ def run_command(
     grace_text: str,
     detach: bool,
     socket: str | None,
+    partition: str | None,
+    gpus: str | None,
+    mem: str | None,
+    cpus: str | None,
     follow: bool | None,
     as_json: bool,
     command: tuple[str, ...],
@@ -175,13 +184,15 @@ def run_command(
     to see it. Exit status: the command's own; 124 timeout; 130 cancelled
     (Ctrl-C here, `ars cancel`); 125 lost (status unknown). One COMMAND argument
     with spaces runs through bash (pipes, &&); several run as they are. The
-    command's stdin is /dev/null and PYTHONUNBUFFERED=1 is set.
+    command's stdin is /dev/null and PYTHONUNBUFFERED=1 is set. With --launcher
+    slurm the timeout is Slurm's --time, rounded up to whole minutes.
 
     \b
     Examples:
       ars run --timeout 10m --log runs/base.log -- python train.py
       ars run -t 1h --log runs/lr.log -l tmux -L ars --detach -- python train.py --lr 3e-4
       ars run -t 30m --log runs/x.log -- "python prep.py && python train.py 2>&1 | grep -v warn"
+      ars run -t 2h --log runs/big.log -l slurm --gpus 1 --mem 32G -- python train.py
       ars status runs/lr.log; ars cancel runs/lr.log; ars wait lr 60 -L ars
     """
     spec = RunSpec(
@@ -192,6 +203,7 @@ def run_command(
         timeout=parse_timeout(timeout_text),
         grace=_parse_grace(grace_text),
         name=name or default_name(log_path),
+        resources=_slurm_resources(launcher_name, partition=partition, gpus=gpus, mem=mem, cpus=cpus),
     )
     launcher = get_launcher(launcher_name, socket=socket)
     interrupts = Interrupts()
@@ -242,6 +254,16 @@ class Interrupts:
     @staticmethod
     def _raise(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
+
+
+def _slurm_resources(launcher_name: str, **options: str | None) -> dict[str, str]:
+    given = {key: value for key, value in options.items() if value is not None}
+    if given and launcher_name != "slurm":
+        flags = ", ".join(f"--{key}" for key in given)
+        raise BadInput(
+            f"{flags} only apply to --launcher slurm; locally, set CUDA_VISIBLE_DEVICES with --env"
+        )
+    return given
 
 
 def _parse_grace(text: str) -> float:

@@ -35,6 +35,7 @@ __all__ = [
 LAUNCHERS: dict[str, str] = {
     "local": "autoresearch_skills.launch.local:LocalLauncher",
     "tmux": "autoresearch_skills.launch.tmux:TmuxLauncher",
+    "slurm": "autoresearch_skills.launch.slurm:SlurmLauncher",
 }
 
 

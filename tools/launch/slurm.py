@@ -1,0 +1,361 @@
+"""The Slurm launcher: `sbatch` a generated batch script; Slurm owns the run from then on.
+
+`start` writes `<log>.sbatch` beside the log and submits it with
+`sbatch --parsable --time=<minutes> --output=<log> --job-name=<name>`; the job id becomes the
+run id. The script enters the working directory, exports the run's environment and
+PYTHONUNBUFFERED=1, runs the command (stdin /dev/null), then writes two small files:
+
+    <log>.pid   "HOST PID PGID START" of the batch shell, as soon as it runs
+    <log>.exit  "STATUS exited" when the command ends by itself
+
+The exit file exists because Slurm's own record is thin: `sacct -c` says 0:0 for TIMEOUT and
+CANCELLED, and nothing at all once the job has aged out. The pid file exists because Slurm's
+linuxproc tracking can miss processes: `cancel` also stops the job's process tree when it ran
+on this machine.
+
+The timeout is Slurm's `--time`, rounded up to whole minutes; Slurm sends SIGTERM at the limit
+and SIGKILL about KillWait (10 s by default) later. `status` asks `scontrol show job` (one
+subprocess), and only when the controller has forgotten the job `sacct -c` (the jobcomp file)
+and then `sacct` (slurmdbd). A finished state is written to the run file, so later calls spawn
+nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import platform
+import re
+import shlex
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+from autoresearch_skills.errors import BadInput
+from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug
+from autoresearch_skills.launch.local import prepare_run, record
+from autoresearch_skills.launch.proctree import alive, kill_tree, read_proc
+from autoresearch_skills.launch.runindex import remember
+
+SLURM_TIMEOUT = 60.0  # seconds for sbatch/scontrol/sacct/scancel to answer (a busy controller is slow)
+POLL_FIRST = 0.5  # seconds between `scontrol` calls while waiting, growing ...
+POLL_GROWTH = 1.5
+POLL_MAX = 5.0  # ... to this: a long job costs the controller one query every 5 s
+EXIT_FILE_POLL = 0.25  # the exit file is a local stat: checked often, so a short job ends fast
+CANCEL_WAIT = 120.0  # after scancel, for Slurm to report the end (KillWait, then job epilogue)
+
+# sbatch options that RunSpec.resources may set (`ars run --partition --gpus --mem --cpus`).
+RESOURCE_OPTIONS = {
+    "partition": "--partition",
+    "gpus": "--gres",
+    "mem": "--mem",
+    "cpus": "--cpus-per-task",
+    "account": "--account",
+    "qos": "--qos",
+}
+
+# Slurm job state -> our state; a final state's exit code comes from the exit file or ExitCode=.
+PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+RUNNING = frozenset(
+    {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+)
+EXITED = frozenset({"COMPLETED", "FAILED", "OUT_OF_MEMORY", "SPECIAL_EXIT"})
+TIMED_OUT = frozenset({"TIMEOUT", "DEADLINE"})
+CANCELLED = frozenset({"CANCELLED", "PREEMPTED", "REVOKED"})
+LOST = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+WHY = {
+    "OUT_OF_MEMORY": "Slurm: out of memory",
+    "SPECIAL_EXIT": "Slurm: special exit (requeue held)",
+    "DEADLINE": "Slurm: the job's --deadline passed",
+    "PREEMPTED": "Slurm: preempted by another job",
+    "REVOKED": "Slurm: revoked (federation)",
+    "NODE_FAIL": "Slurm: the node failed; exit status unknown",
+    "BOOT_FAIL": "Slurm: the node failed to boot; the command never ran",
+}
+
+SCRIPT = """\
+#!/bin/bash
+# Batch script of run {name}, written by autoresearch-skills (the Slurm launcher); sbatch runs it.
+# HOST PID PGID START of this shell: `ars cancel` stops the job's processes Slurm may miss.
+read -ra _ars_stat < /proc/$$/stat
+printf '%s %s %s %s\\n' "$(uname -n)" "$$" "${{_ars_stat[4]:-$$}}" "${{_ars_stat[21]:-}}" > {pid_file}
+_ars_exit() {{ printf '%s exited\\n' "$1" > {exit_tmp} && mv -f {exit_tmp} {exit_file}; exit "$1"; }}
+cd -- {cwd} || _ars_exit 126
+export PYTHONUNBUFFERED=1
+{exports}{command} < /dev/null
+_ars_exit $?
+"""
+
+
+class SlurmLauncher:
+    name = "slurm"
+
+    def __init__(self, **options: object):
+        """Options of other launchers (socket=...) are accepted and ignored, so a caller can
+        pass one set of options whatever the launcher."""
+
+    # -- start ------------------------------------------------------------------
+
+    def start(self, spec: RunSpec) -> Run:
+        run = prepare_run(spec, self.name, "")
+        log = Path(run.log_path)
+        job_name = slug(spec.name, 60)
+        files = {key: f"{run.log_path}.{key}" for key in ("sbatch", "pid", "exit")}
+        argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--output={log}", f"--chdir={run.cwd}"]
+        if spec.timeout is not None:
+            minutes = max(1, math.ceil(spec.timeout / 60))
+            argv.append(f"--time={minutes}")
+            run.timeout = minutes * 60.0  # what Slurm enforces; `ars status` shows it
+        argv += resource_options(spec.resources)
+        for stale in (files["pid"], files["exit"]):
+            Path(stale).unlink(missing_ok=True)
+        Path(files["sbatch"]).write_text(batch_script(run, files))
+        log.write_text("")  # Slurm creates it only when the job starts: followers need it now
+        result = _slurm([*argv, files["sbatch"]], what="sbatch")
+        job_id = result.stdout.strip().split(";")[0]  # "ID" or "ID;CLUSTER"
+        if result.returncode != 0 or not job_id.isdigit():
+            Path(files["sbatch"]).unlink(missing_ok=True)
+            message = (result.stderr or result.stdout).strip().replace("\n", " ")[-500:]
+            raise BadInput(
+                f"sbatch refused run {spec.name!r}: {message or 'no output'}: "
+                "check the partition, --gpus, --mem and --cpus against the cluster's limits"
+            )
+        run.run_id = job_id
+        run.extra.update(
+            job_name=job_name,
+            submitted_at=run.started_at,
+            script=files["sbatch"],
+            pid_file=files["pid"],
+            exit_file=files["exit"],
+        )
+        run.save()
+        remember(run)
+        return run
+
+    # -- judge ------------------------------------------------------------------
+
+    def status(self, run: Run) -> State:
+        """One `scontrol` call; `sacct` only once the controller has forgotten the job."""
+        current = run.reload()
+        if current.state in FINISHED:
+            return current.recorded_state()
+        result = _slurm(["scontrol", "show", "job", "-o", current.run_id], what="scontrol")
+        job = parse_fields(result.stdout) if result.returncode == 0 else {}
+        if job and job.get("JobName") not in (None, current.extra.get("job_name")):
+            job = {}  # the id was reused (a reinstalled controller): not our job
+        if job:
+            state = judge(job, exit_status(current))
+        elif result.returncode != 0 and "invalid job id" not in result.stderr.lower():
+            why = result.stderr.strip().replace("\n", " ")[-300:]
+            return State(current.state, current.exit_code, f"Slurm does not answer: {why}")  # type: ignore[arg-type]
+        else:
+            state = accounting_state(current)
+        if state.finished:
+            return record(current, state)
+        if state.name != current.state:
+            _note_progress(current, state, job)
+        return state
+
+    def wait(self, run: Run, seconds: float | None = None) -> State:
+        """Poll Slurm (0.5 s growing to 5 s), and the exit file in between: once the command
+        has ended, Slurm is asked again at once until it reports the end."""
+        end = None if seconds is None else time.monotonic() + max(0.0, seconds)
+        exit_file = Path(run.reload().extra.get("exit_file", run.log_path + ".exit"))
+        command_ended = exit_file.exists()
+        delay = POLL_FIRST
+        while True:
+            state = self.status(run)
+            left = None if end is None else end - time.monotonic()
+            if state.finished or (left is not None and left <= 0):
+                return state
+            wake = time.monotonic() + (delay if left is None else min(delay, left))
+            delay = min(delay * POLL_GROWTH, POLL_MAX)
+            while (now := time.monotonic()) < wake:
+                if not command_ended and exit_file.exists():
+                    command_ended, delay = True, POLL_FIRST
+                    break
+                time.sleep(min(EXIT_FILE_POLL, wake - now))
+
+    def cancel(self, run: Run) -> State:
+        """`scancel`, stop the job's processes on this machine, wait until Slurm reports the end."""
+        current = run.reload()
+        state = self.status(current)
+        if state.finished:
+            stop_leftovers(current, grace=0)
+            return state
+        result = _slurm(["scancel", current.run_id], what="scancel")
+        if result.returncode != 0 and "invalid job id" not in result.stderr.lower():
+            raise BadInput(f"scancel {current.run_id} failed: {result.stderr.strip()}")
+        stop_leftovers(current, grace=current.grace)
+        state = self.wait(current, CANCEL_WAIT)
+        stop_leftovers(current, grace=0)  # what Slurm's tracking missed
+        if not state.finished:
+            return State(
+                state.name, None, f"scancel sent; Slurm has not reported the end of job {run.run_id}"
+            )
+        return state
+
+
+# -- the batch script -------------------------------------------------------------
+
+
+def batch_script(run: Run, files: dict[str, str]) -> str:
+    """Every value is quoted: nothing from the spec reaches the shell unquoted."""
+    exports = ""
+    for key, value in run.env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise BadInput(
+                f"environment variable name {key!r} is not valid in a shell: use letters, digits, _"
+            )
+        exports += f"export {key}={shlex.quote(value)}\n"
+    quote = shlex.quote
+    return SCRIPT.format(
+        name=run.name.replace("\n", " "),
+        pid_file=quote(files["pid"]),
+        exit_file=quote(files["exit"]),
+        exit_tmp=quote(files["exit"] + ".tmp"),
+        cwd=quote(run.cwd or "."),
+        exports=exports,
+        command=shlex.join(run.argv),
+    )
+
+
+def resource_options(resources: dict[str, str]) -> list[str]:
+    """sbatch options from RunSpec.resources; `gpus` is a count (2) or type:count (a100:2)."""
+    options = []
+    for key, value in resources.items():
+        if key not in RESOURCE_OPTIONS:
+            raise BadInput(
+                f"resource {key!r} means nothing to the Slurm launcher: use {', '.join(RESOURCE_OPTIONS)}"
+            )
+        value = str(value).strip()
+        if key == "gpus":
+            if not re.fullmatch(r"([A-Za-z0-9_.-]+:)?\d+", value):
+                raise BadInput(f"--gpus {value!r}: for Slurm give a count (2) or type:count (a100:2)")
+            value = f"gpu:{value}"
+        options.append(f"{RESOURCE_OPTIONS[key]}={value}")
+    return options
+
+
+# -- reading Slurm ----------------------------------------------------------------
+
+
+def _slurm(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT, stdin=subprocess.DEVNULL, check=False
+        )
+    except FileNotFoundError as err:
+        raise BadInput(
+            f"{what} not found: run on a Slurm login node, or choose --launcher local or tmux"
+        ) from err
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 1, "", f"{what} did not answer in {SLURM_TIMEOUT:g}s")
+
+
+def parse_fields(text: str) -> dict[str, str]:
+    """`scontrol show job -o`'s one line, the keys we read (their values hold no spaces)."""
+    keys = ("JobName", "JobState", "Reason", "ExitCode", "StartTime", "BatchHost", "TimeLimit")
+    found = {}
+    for key in keys:
+        match = re.search(rf"(?:^|\s){key}=(\S*)", text)
+        if match:
+            found[key] = match.group(1)
+    return found
+
+
+def judge(job: dict[str, str], exit_file_status: int | None) -> State:
+    """Our state from Slurm's; the exit file's status wins over Slurm's ExitCode."""
+    slurm_state = job.get("JobState", "").split()[0] if job.get("JobState") else "UNKNOWN"
+    reason = job.get("Reason", "")
+    if slurm_state in PENDING:
+        return State("pending", None, f"waiting in the queue: {reason}" if reason not in ("", "None") else "")
+    if slurm_state in RUNNING:
+        where = f"on {job['BatchHost']}" if job.get("BatchHost") not in (None, "", "(null)") else ""
+        return State("running", None, " ".join(filter(None, [slurm_state.lower(), where])))
+    if slurm_state in EXITED:
+        code = exit_file_status if exit_file_status is not None else _exit_code(job.get("ExitCode", ""))
+        return State("exited", code, WHY.get(slurm_state, ""))
+    if slurm_state in TIMED_OUT:
+        return State("timeout", exit_file_status, WHY.get(slurm_state, "Slurm: killed at the --time limit"))
+    if slurm_state in CANCELLED:
+        return State("cancelled", exit_file_status, WHY.get(slurm_state, "Slurm: cancelled (scancel)"))
+    if slurm_state in LOST:
+        return State("lost", None, WHY[slurm_state])
+    return State("lost", None, f"Slurm reports {slurm_state}, which this launcher does not know")
+
+
+def accounting_state(run: Run) -> State:
+    """What `sacct -c` (the jobcomp file), then `sacct` (slurmdbd) say about a job the
+    controller has forgotten (MinJobAge passed); the exit file when neither knows it."""
+    query = ["-n", "-P", "-S", "2000-01-01", "-j", run.run_id, "-o", "JobID,JobName,State,ExitCode"]
+    for source in (["-c"], ["-X"]):
+        result = _slurm(["sacct", *source, *query], what="sacct")
+        rows = [line.split("|") for line in result.stdout.splitlines() if result.returncode == 0]
+        ours = [
+            row
+            for row in rows
+            if len(row) >= 4 and row[0] == run.run_id and row[1] == run.extra.get("job_name", row[1])
+        ]
+        if ours:  # the last one: a reused id appends a newer record
+            _, _, slurm_state, exit_code = ours[-1][:4]
+            return judge({"JobState": slurm_state, "ExitCode": exit_code}, exit_status(run))
+    code = exit_status(run)
+    if code is not None:
+        return State("exited", code, f"Slurm has forgotten job {run.run_id}; status from its exit file")
+    return State("lost", None, f"Slurm knows no job {run.run_id} (neither scontrol nor sacct)")
+
+
+def _exit_code(text: str) -> int | None:
+    """`ExitCode=3:0` -> 3; `0:9` (killed by signal 9) -> 137, as a shell reports it."""
+    match = re.fullmatch(r"(\d+):(\d+)", text.strip())
+    if not match:
+        return None
+    status, signal_number = int(match.group(1)), int(match.group(2))
+    return 128 + signal_number if signal_number else status
+
+
+def exit_status(run: Run) -> int | None:
+    """The status the batch script wrote when the command ended, or None."""
+    try:
+        return int(Path(run.extra.get("exit_file", run.log_path + ".exit")).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _note_progress(run: Run, state: State, job: dict[str, str]) -> None:
+    """Pending -> running: the clock starts when the job does (the queue does not count)."""
+    run.state = state.name
+    if state.name == "running" and job.get("StartTime"):
+        with contextlib.suppress(ValueError, OSError, OverflowError):
+            started = datetime.fromisoformat(job["StartTime"]).astimezone()  # Slurm prints local time
+            run.started_at = started.isoformat(timespec="seconds")
+            if run.timeout:
+                run.deadline = started.timestamp() + run.timeout
+    with contextlib.suppress(OSError):
+        run.save()
+
+
+# -- processes Slurm may miss -----------------------------------------------------
+
+
+def stop_leftovers(run: Run, grace: float) -> set[int]:
+    """Stop the job's process tree when it runs on this machine (SIGTERM, grace, SIGKILL).
+
+    The batch shell leads its own process group; its group and descendants are the job.
+    Nothing is signalled when the job ran elsewhere, or when its pid was recycled."""
+    try:
+        host, pid_text, pgid_text, *rest = Path(run.extra.get("pid_file", "")).read_text().split()
+        pid, pgid = int(pid_text), int(pgid_text)
+        start = int(rest[0]) if rest else None
+    except (OSError, ValueError):
+        return set()
+    if host != platform.node():
+        return set()
+    leader = read_proc(pid)
+    if leader is not None and not leader.gone and start is not None and leader.start != start:
+        return set()  # the pid is another process now; a group of that id is not ours either
+    roots = [pid] if alive(pid, start) else []
+    # While a member of group PGID lives, the kernel gives no process that id: the group is ours.
+    return kill_tree(roots, [pgid] if pgid > 1 else [], grace=grace)
