@@ -117,11 +117,12 @@ def test_successful_job_exits_0_with_its_output_env_cwd_and_resources(slurm, tmp
 
 @needs_slurm
 def test_exit_3_is_exited_3_also_for_ars_status_in_another_process(slurm, tmp_path):
-    log = tmp_path / "fail.log"
+    log = tmp_path / "fail-%j.log"  # sbatch would expand %j: the launcher keeps the name as given
     run = slurm.start(RunSpec(command="echo failing; exit 3", log_path=log, timeout=60, name=unique("exit3")))
     state = slurm.wait(run, 90)
     assert (state.name, state.exit_code, state.shell_status) == ("exited", 3, 3)
     assert "FAILED" in scontrol_job(run.run_id)
+    assert "failing" in log.read_text()
     for ref in (str(log), run.run_id):  # by log path and by job id
         code, info = ars_json("status", ref)
         assert code == 1, "ars status exits 1 once the run ended"

@@ -27,6 +27,7 @@ import math
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import time
 from datetime import datetime
@@ -98,11 +99,13 @@ class SlurmLauncher:
     # -- start ------------------------------------------------------------------
 
     def start(self, spec: RunSpec) -> Run:
+        if shutil.which("sbatch") is None:
+            raise BadInput("sbatch not found: run on a Slurm login node, or choose --launcher local or tmux")
         run = prepare_run(spec, self.name, "")
         log = Path(run.log_path)
         job_name = slug(spec.name, 60)
         files = {key: f"{run.log_path}.{key}" for key in ("sbatch", "pid", "exit")}
-        argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--output={log}", f"--chdir={run.cwd}"]
+        argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--output={output_pattern(log)}"]
         if spec.timeout is not None:
             minutes = max(1, math.ceil(spec.timeout / 60))
             argv.append(f"--time={minutes}")
@@ -111,11 +114,14 @@ class SlurmLauncher:
         for stale in (files["pid"], files["exit"]):
             Path(stale).unlink(missing_ok=True)
         Path(files["sbatch"]).write_text(batch_script(run, files))
+        log_existed = log.exists()
         log.write_text("")  # Slurm creates it only when the job starts: followers need it now
         result = _slurm([*argv, files["sbatch"]], what="sbatch")
         job_id = result.stdout.strip().split(";")[0]  # "ID" or "ID;CLUSTER"
         if result.returncode != 0 or not job_id.isdigit():
             Path(files["sbatch"]).unlink(missing_ok=True)
+            if not log_existed:
+                log.unlink(missing_ok=True)
             message = (result.stderr or result.stdout).strip().replace("\n", " ")[-500:]
             raise BadInput(
                 f"sbatch refused run {spec.name!r}: {message or 'no output'}: "
@@ -219,6 +225,16 @@ def batch_script(run: Run, files: dict[str, str]) -> str:
         exports=exports,
         command=shlex.join(run.argv),
     )
+
+
+def output_pattern(log: Path) -> str:
+    """sbatch --output expands %j, %x ...; a backslash anywhere turns that off (and is dropped)."""
+    text = str(log)
+    if "\\" in text:
+        raise BadInput(
+            f"log path {text!r} has a backslash, which Slurm's --output drops: choose another path"
+        )
+    return text.replace("%", "\\%", 1)
 
 
 def resource_options(resources: dict[str, str]) -> list[str]:
