@@ -79,7 +79,7 @@ SCRIPT = """\
 #!/bin/bash
 # Batch script of run {name}, written by autoresearch-skills (the Slurm launcher); sbatch runs it.
 # HOST PID PGID START of this shell: `ars cancel` stops the job's processes Slurm may miss.
-read -ra _ars_stat < /proc/$$/stat
+read -ra _ars_stat 2>/dev/null < /proc/$$/stat
 printf '%s %s %s %s\\n' "$(uname -n)" "$$" "${{_ars_stat[4]:-$$}}" "${{_ars_stat[21]:-}}" > {pid_file}
 _ars_exit() {{ printf '%s exited\\n' "$1" > {exit_tmp} && mv -f {exit_tmp} {exit_file}; exit "$1"; }}
 cd -- {cwd} || _ars_exit 126
