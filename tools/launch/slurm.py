@@ -111,9 +111,10 @@ class SlurmLauncher:
             argv.append(f"--time={minutes}")
             run.timeout = minutes * 60.0  # what Slurm enforces; `ars status` shows it
         argv += resource_options(spec.resources)
+        script = batch_script(run, files)
         for stale in (files["pid"], files["exit"]):
             Path(stale).unlink(missing_ok=True)
-        Path(files["sbatch"]).write_text(batch_script(run, files))
+        Path(files["sbatch"]).write_text(script)
         log_existed = log.exists()
         log.write_text("")  # Slurm creates it only when the job starts: followers need it now
         result = _slurm([*argv, files["sbatch"]], what="sbatch")
@@ -364,14 +365,15 @@ def stop_leftovers(run: Run, grace: float) -> set[int]:
     try:
         host, pid_text, pgid_text, *rest = Path(run.extra.get("pid_file", "")).read_text().split()
         pid, pgid = int(pid_text), int(pgid_text)
-        start = int(rest[0]) if rest else None
-    except (OSError, ValueError):
-        return set()
+        start = int(rest[0])
+    except (OSError, ValueError, IndexError):
+        return set()  # not started yet, or no /proc there (then a pid may be anyone's by now)
     if host != platform.node():
         return set()
     leader = read_proc(pid)
-    if leader is not None and not leader.gone and start is not None and leader.start != start:
+    if leader is not None and not leader.gone and leader.start != start:
         return set()  # the pid is another process now; a group of that id is not ours either
     roots = [pid] if alive(pid, start) else []
-    # While a member of group PGID lives, the kernel gives no process that id: the group is ours.
-    return kill_tree(roots, [pgid] if pgid > 1 else [], grace=grace)
+    # Only a group the batch shell leads is the job's (not slurmstepd's). While a member of it
+    # lives, the kernel gives no new process that id, so the group is still ours.
+    return kill_tree(roots, [pgid] if pgid == pid else [], grace=grace)
