@@ -6,6 +6,7 @@ Every job gets a unique name and its own temp folder: the suite runs under pytes
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -146,6 +147,25 @@ def test_status_falls_back_to_the_jobcomp_record_with_the_exit_file_status(slurm
     assert (state.name, state.exit_code) == ("exited", 5)
     Path(run.extra["exit_file"]).unlink()
     assert accounting_state(run).exit_code == 5, "sacct's ExitCode when the exit file is gone"
+
+
+@needs_slurm
+def test_a_job_slurm_has_never_heard_of_is_lost_unless_its_exit_file_tells(slurm, tmp_path):
+    run = slurm.start(
+        RunSpec(command="exit 7", log_path=tmp_path / "gone.log", timeout=60, name=unique("gone"))
+    )
+    assert slurm.wait(run, 90).exit_code == 7
+    record = json.loads(Path(run.state_path).read_text())
+    record.update(run_id="999999999", state="running", exit_code=None)  # as if forgotten everywhere
+    Path(run.state_path).write_text(json.dumps(record))
+    state = slurm.status(run)
+    assert (state.name, state.exit_code) == ("exited", 7) and "exit file" in state.detail
+    record["state"] = "running"
+    Path(run.state_path).write_text(json.dumps(record))
+    Path(run.extra["exit_file"]).unlink()
+    state = slurm.status(run)
+    assert (state.name, state.shell_status) == ("lost", 125)
+    assert load_run(str(tmp_path / "gone.log")).state == "lost", "the verdict is recorded"
 
 
 @needs_slurm
