@@ -25,7 +25,7 @@ COMMANDS = {
     ),
     "ledger": ("autoresearch_skills.ledger:cli", "The TSV ledger: init, append, show, best, export."),
     "metric": ("autoresearch_skills.metrics:cli", "Read metrics from logs, JSONL and TensorBoard files."),
-    "run": ("autoresearch_skills.runs:run_command", "Start one run (local or tmux) under a hard timeout."),
+    "run": ("autoresearch_skills.runs:run_command", "Start one run (local, tmux or Slurm) under a hard timeout."),
     "status": ("autoresearch_skills.runs:status_command", "State and exit code of a run."),
     "cancel": ("autoresearch_skills.runs:cancel_command", "Cancel a run and its whole process tree."),
     "wait": (
