@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autoresearch_skills.launch.proctree import alive
+from autoresearch_skills.launch.tmuxcmd import Tmux
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
@@ -92,4 +93,4 @@ class TmuxServer:
         return self("display-message", "-p", "-t", f"={session}:", fmt).stdout.strip()
 
     def kill(self) -> None:
-        self("kill-server")
+        Tmux(self.name).kill_server()

@@ -17,6 +17,7 @@ import yaml
 from repo_helpers import ars, git, make_repo
 
 from autoresearch_skills import ledger
+from autoresearch_skills.launch.tmuxcmd import Tmux
 
 TRAIN = """\
 import os, sys, time
@@ -296,7 +297,7 @@ def test_resume_adopts_a_tmux_run_that_outlived_the_loop(repo: Path):
         assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "keep")]
         assert table[1].job_id == session and table[1].launcher == "tmux"
     finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+        Tmux(socket).kill_server()
 
 
 def test_resume_records_a_crash_when_the_runner_died_with_the_loop(repo: Path):

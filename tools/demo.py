@@ -57,7 +57,9 @@ def main() -> None:
         step("status", ["campaign", "status"], scratch, env)
     finally:
         if launcher == "tmux":  # the demo's own server only; never the user's
-            subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+            from autoresearch_skills.launch.tmuxcmd import Tmux
+
+            Tmux(socket).kill_server()
 
     folder = scratch / "reports" / "auto_research" / "tiny-lm-demo"
     print("\nDone. Look at:")

@@ -8,7 +8,9 @@ command early.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import subprocess
 
 ENDED = ("exited", "timeout", "cancelled", "lost")  # base.FINISHED, without importing it here
@@ -51,6 +53,21 @@ class Tmux:
             timeout=timeout,
             check=False,
         )
+
+    def kill_server(self) -> None:
+        """Stop this private server and remove its socket file, which tmux 3.3 may leave behind.
+        Refuses the default server: a person's own sessions are never ours to kill."""
+        if not self.socket:
+            raise ValueError("kill_server() is only for private servers (-L/-S)")
+        self("kill-server")
+        path = (
+            self.socket
+            if "/" in self.socket
+            else os.path.join(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}", self.socket)
+        )
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)
 
     def option(self, session: str, name: str) -> str | None:
         result = self("show-options", "-q", "-v", "-t", session_target(session), name)
