@@ -7,6 +7,22 @@ import os
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _private_state_dir(tmp_path, monkeypatch):
+    """Runs are indexed under ARS_STATE_DIR (default ~/.local/state): never the user's, in tests."""
+    monkeypatch.setenv("ARS_STATE_DIR", str(tmp_path / "state"))
+
+
+@pytest.fixture
+def server():
+    """A private tmux server for one test, killed (socket file included) afterwards."""
+    from launch_helpers import TmuxServer
+
+    tmux = TmuxServer()
+    yield tmux
+    tmux.kill()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _git_identity():
     """Tests commit in temp repos; a fresh CI machine has no git identity configured."""

@@ -19,11 +19,6 @@ from autoresearch_skills.launch.base import RunSpec
 from autoresearch_skills.launch.proctree import alive
 
 
-@pytest.fixture(autouse=True)
-def _private_run_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("ARS_STATE_DIR", str(tmp_path / "state"))
-
-
 @pytest.fixture
 def local():
     return get_launcher("local")
@@ -153,9 +148,7 @@ def test_detached_run_keeps_its_timeout_and_is_judged_from_other_processes(tmp_p
 def test_ars_cancel_from_another_process_stops_the_tree(tmp_path):
     command, pidfile = make_tree(tmp_path)
     log = str(tmp_path / "k.log")
-    assert (
-        ars("run", "--detach", "-t", "2m", "--grace", "0.5s", "--log", log, "--", *command).returncode == 0
-    )
+    assert ars("run", "--detach", "-t", "2m", "--grace", "0.5s", "--log", log, "--", *command).returncode == 0
     wait_until(lambda: len(read_pids(pidfile)) >= TREE_SIZE, what="the whole tree to start")
     cancelled = ars("cancel", log)
     assert cancelled.returncode == 0, cancelled.stderr

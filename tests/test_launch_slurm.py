@@ -57,8 +57,7 @@ needs_slurm = pytest.mark.skipif(NO_CLUSTER is not None, reason=NO_CLUSTER or ""
 
 
 @pytest.fixture(autouse=True)
-def _private_run_index_and_cluster(tmp_path, monkeypatch):
-    monkeypatch.setenv("ARS_STATE_DIR", str(tmp_path / "state"))
+def _cluster(monkeypatch):
     for key, value in _cluster_env().items():
         monkeypatch.setenv(key, value)
 

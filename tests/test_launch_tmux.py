@@ -8,25 +8,13 @@ import shutil
 import sys
 
 import pytest
-from launch_helpers import TREE_SIZE, TmuxServer, ars, ars_json, make_tree, read_pids, survivors, wait_until
+from launch_helpers import TREE_SIZE, ars, ars_json, make_tree, read_pids, survivors, wait_until
 
 from autoresearch_skills.launch import get_launcher, load_run
 from autoresearch_skills.launch.base import RunSpec
 from autoresearch_skills.launch.proctree import alive
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-
-
-@pytest.fixture(autouse=True)
-def _private_run_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("ARS_STATE_DIR", str(tmp_path / "state"))
-
-
-@pytest.fixture
-def server():
-    tmux = TmuxServer()
-    yield tmux
-    tmux.kill()
 
 
 @pytest.fixture

@@ -19,18 +19,6 @@ from autoresearch_skills.tmux_wait import wait_session
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 
-@pytest.fixture(autouse=True)
-def _private_run_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("ARS_STATE_DIR", str(tmp_path / "state"))
-
-
-@pytest.fixture
-def server():
-    tmux = TmuxServer()
-    yield tmux
-    tmux.kill()
-
-
 def start_run(server: TmuxServer, tmp_path, command, name: str = "exp", timeout: float = 120):
     launcher = get_launcher("tmux", socket=server.name)
     return launcher.start(
