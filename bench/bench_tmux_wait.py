@@ -32,6 +32,7 @@ from pathlib import Path
 from autoresearch_skills.launch import get_launcher
 from autoresearch_skills.launch.base import RunSpec
 from autoresearch_skills.launch.proctree import children
+from autoresearch_skills.launch.tmuxcmd import Tmux
 
 WAITER = Path(__file__).resolve().parents[1] / "tools" / "tmux_wait.py"
 GOAL_LATENCY_MS = 50.0
@@ -58,7 +59,7 @@ class Server:
     def kill(self) -> None:
         for run in self.runs:
             get_launcher("tmux").cancel(run)
-        self("kill-server")
+        Tmux(self.name).kill_server()
 
 
 def command_ending_with_stamp(stamp: Path, seconds: float) -> str:
