@@ -13,6 +13,7 @@ from autoresearch_skills.errors import run_cli
 
 # name -> ("module:attribute", one-line help). The help is kept here so that `ars --help`
 # imports no sub-command module; each module also runs as `python tools/<module>.py`.
+# fmt: off
 COMMANDS = {
     "campaign": (
         "autoresearch_skills.campaign:cli",
@@ -49,6 +50,7 @@ COMMANDS = {
     "init": ("autoresearch_skills.targets:cli", "Copy a starter training target into a fresh git repo."),
     "skills": ("autoresearch_skills.skills:cli", "Install the agent skills; validate them."),
 }
+# fmt: on
 
 
 class LazyGroup(click.Group):
