@@ -322,3 +322,13 @@ def test_tool_scripts_shown_in_a_skill_are_checked_like_their_ars_command():
     problems = check_commands(shown + "`python tools/no_such_tool.py x`\n")
     assert [line for line, _ in problems] == [3, 5]
     assert "has no option --bogus" in problems[0][1] and "no_such_tool.py does not exist" in problems[1][1]
+
+
+def test_every_skill_first_checks_that_ars_is_installed():
+    from autoresearch_skills.resources import resource_dir
+
+    for skill in sorted(resource_dir("skills").iterdir()):
+        body = (skill / "SKILL.md").read_text().split("\n---\n", 1)[1]
+        first_block = body.split("```bash\n", 1)[1].split("```", 1)[0]
+        assert "ars --version" in first_block, skill.name
+        assert "pip install autoresearch-skills" in body, skill.name
