@@ -66,7 +66,7 @@ def _workdir(campaign: Campaign, branch: str) -> Path:
 def _open(campaign: Campaign, state: dict, intent: dict) -> dict:
     """Open an experiment in two durable steps: first the intent (phase `opening`) is saved,
     then the branch is created and checked out. A process killed in between leaves an
-    intent that `_load` completes, so no branch is ever orphaned or made twice."""
+    intent that `settled_state` completes, so no branch is ever orphaned or made twice."""
     state["current"] = {**intent, "phase": "opening", "commits": intent.get("commits", [])}
     campaign.save_state(state)
     return _finish_opening(campaign, state)
@@ -86,7 +86,7 @@ def _finish_opening(campaign: Campaign, state: dict) -> dict:
     return current
 
 
-def _load(campaign: Campaign) -> dict:
+def settled_state(campaign: Campaign) -> dict:
     """The campaign state, with an interrupted opening completed first."""
     state = campaign.load_state()
     if (state.get("current") or {}).get("phase") == "opening":
@@ -106,7 +106,7 @@ def _require_no_open(state: dict) -> None:
 def start_baseline(campaign: Campaign) -> dict:
     from autoresearch_skills import gitflow
 
-    state = _load(campaign)
+    state = settled_state(campaign)
     _require_no_open(state)
     _check_isolation(campaign)
     branch = f"{campaign.settings.prefix}/baseline"
@@ -132,7 +132,7 @@ def start(
     from autoresearch_skills import gitflow
 
     s = campaign.settings
-    state = _load(campaign)
+    state = settled_state(campaign)
     _require_no_open(state)
     _check_isolation(campaign)
     rows = campaign.rows()
@@ -147,20 +147,20 @@ def start(
         parent_commit = (
             gitflow.head_commit(campaign.repo, branch)
             if ratchet_exists
-            else _parent_commit(campaign, "baseline", rows)
+            else resolve_parent(campaign, "baseline", rows)
         )
     else:
         branch = f"{s.prefix}/{slug}"
         if gitflow.branch_exists(campaign.repo, branch):
             raise BadInput(f"branch {branch} already exists; pick another slug (every branch is kept)")
-        parent_commit = _parent_commit(campaign, parent, rows)
+        parent_commit = resolve_parent(campaign, parent, rows)
     intent = {"slug": slug, "description": description, "branch": branch, "branch_start": parent_commit}
     return _open(
         campaign, state, {**intent, "parent_ref": parent, "parent_commit": parent_commit, **(extra or {})}
     )
 
 
-def _parent_commit(campaign: Campaign, parent: str, rows: list) -> str:
+def resolve_parent(campaign: Campaign, parent: str, rows: list) -> str:
     from autoresearch_skills import gitflow, ledger
 
     s = campaign.settings
@@ -178,7 +178,7 @@ def commit(campaign: Campaign, message: str | None = None) -> str:
     """Stage only the experiment's changed files and commit them (hypothesis, then fix-ups)."""
     from autoresearch_skills import gitflow
 
-    state = _load(campaign)
+    state = settled_state(campaign)
     current = _current(state, phases=("open",))
     workdir = Path(current["workdir"])
     paths = gitflow.changed_paths(workdir, current["snapshot"])
@@ -217,12 +217,12 @@ def launch(campaign: Campaign, timeout: float | None = None, force: bool = False
     from autoresearch_skills import gitflow
     from autoresearch_skills.launch.base import Run, RunSpec, state_path_for
 
-    state = _load(campaign)
+    state = settled_state(campaign)
     current = _current(state, phases=("open",))
     workdir = Path(current["workdir"])
     if gitflow.changed_paths(workdir, current["snapshot"]):
         commit(campaign)
-        state = _load(campaign)
+        state = settled_state(campaign)
         current = state["current"]
     if current["slug"] != "baseline" and not current["commits"]:
         raise BadInput(
@@ -279,7 +279,7 @@ def wait(campaign: Campaign, progress=None):
     """Wait for the running experiment (also one started by a process that died)."""
     from autoresearch_skills.launch.base import Run
 
-    current = _current(_load(campaign), phases=("running",))
+    current = _current(settled_state(campaign), phases=("running",))
     run = Run(**current["run"])
     launcher = launcher_for(campaign)
     begun = parse_iso(current["started_at"])
@@ -296,7 +296,7 @@ def cancel(campaign: Campaign):
     """Cancel the running experiment's run and keep its result (metric, if any) for the row."""
     from autoresearch_skills.launch.base import Run
 
-    state = _load(campaign)
+    state = settled_state(campaign)
     current = _current(state, phases=("running",))
     run_state = launcher_for(campaign).cancel(Run(**current["run"]))
     current["result"] = judge(campaign, current, run_state)
@@ -380,7 +380,7 @@ def _record(campaign: Campaign, status: str | None, reason: str | None):
     from autoresearch_skills import gitflow, ledger
     from autoresearch_skills.memory import note_event
 
-    state = _load(campaign)
+    state = settled_state(campaign)
     current = _current(state, phases=("decide", "running", "open"))
     result = current.get("result") or {}
     status = status or result["status"]
@@ -426,7 +426,7 @@ def finish(campaign: Campaign, run_state, run_id: str) -> tuple[dict, object | N
     """Judge the finished run `run_id`; write its row unless the campaign decides manually.
     None when another command (`ars exp cancel`, a second `ars exp run`) recorded it first."""
     with campaign.lock():
-        state = _load(campaign)
+        state = settled_state(campaign)
         current = state.get("current") or {}
         if current.get("phase") != "running" or current.get("run", {}).get("run_id") != run_id:
             return None
@@ -468,7 +468,7 @@ def _print_result(campaign: Campaign, result: dict, row, as_json: bool) -> None:
 
 
 def _run_and_report(campaign: Campaign, timeout: float | None, force: bool, as_json: bool) -> None:
-    current = _load(campaign).get("current") or {}
+    current = settled_state(campaign).get("current") or {}
     if current.get("phase") == "running":
         click.echo(
             f"adopting the running experiment {current['slug']} (log {current['run']['log_path']})", err=True
@@ -625,7 +625,7 @@ def mark_cmd(status, reason, ref) -> None:
       ars exp mark cancelled --reason "idea superseded before running"
     """
     campaign = find(ref)
-    state = _load(campaign)
+    state = settled_state(campaign)
     current = _current(state, phases=("decide", "open"))
     if current["phase"] == "open" and status in ("keep", "discard"):
         raise BadInput("this experiment has not run: only crash or cancelled can be recorded")

@@ -180,7 +180,7 @@ class Loop:
                 last = proposal
                 proposal.slug = self.unique_slug(gitflow.slugify(proposal.slug))
                 parent = proposal.parent or self.parent
-                parent_commit = experiment._parent_commit(self.campaign, parent, self.campaign.rows())
+                parent_commit = experiment.resolve_parent(self.campaign, parent, self.campaign.rows())
                 validate(proposal, self.campaign.repo, parent_commit, self.mutable, self.frozen)
             except Rejected as err:
                 reason = str(err)
@@ -233,7 +233,7 @@ class Loop:
 
         repo = self.campaign.repo
         rows = self.campaign.rows()
-        start = experiment._parent_commit(self.campaign, self.parent, rows)
+        start = experiment.resolve_parent(self.campaign, self.parent, rows)
         program = repo / (self.campaign.settings.policy.get("program") or "program.md")
         mutable = {path: gitflow.git(repo, "show", f"{start}:{path}", check=False) for path in self.mutable}
         return {
@@ -252,7 +252,7 @@ class Loop:
         """After a crash of the loop: finish what state.json says was in flight."""
         from autoresearch_skills import gitflow
 
-        current = experiment._load(self.campaign).get("current")
+        current = experiment.settled_state(self.campaign).get("current")
         if not current:
             return
         if current["phase"] == "running":
@@ -268,7 +268,10 @@ class Loop:
                 self.out.event("resume", f"experiment {current['slug']}: adopting its run ({state.name})")
             self.run_current(adopt=True)
         elif current["phase"] == "decide":
-            experiment.record(self.campaign)
+            row = experiment.record(self.campaign)
+            self.out.event(
+                "resume", f"#{row.index} {current['slug']}: {row.status} recorded", row=row.to_dict()
+            )
         else:
             workdir = Path(current["workdir"])
             if gitflow.changed_paths(workdir, current["snapshot"]):
