@@ -240,6 +240,21 @@ def test_kill_9_then_resume_loses_and_duplicates_nothing(repo: Path, kill_after:
     assert no_training_processes(repo)
 
 
+def test_a_row_written_just_before_a_kill_is_not_written_again(repo: Path):
+    path = write_campaign(repo, slow_queue(1, 0.0), stop="2 experiments")
+    ars(repo, "campaign", "run", str(path))
+    assert len(rows(repo)) == 2
+    # Killed right after appending the row, before state.json forgot the run: the state that
+    # was saved just before the append is the one on disk (kept as the .bak of the last save).
+    folder = repo / "reports/auto_research/loop"
+    before_record = json.loads((folder / "state.json.bak").read_text())
+    assert before_record["current"]["phase"] == "running" and before_record["current"]["slug"] == "lr-0"
+    (folder / "state.json").write_text(json.dumps(before_record))
+    ars(repo, "campaign", "resume", "loop")
+    assert [Path(r.branch).name for r in rows(repo)] == ["baseline", "lr-0"]
+    assert json.loads((folder / "state.json").read_text())["current"] is None
+
+
 def test_sigint_with_cancel_records_the_run_and_exits_cleanly(repo: Path):
     path = write_campaign(repo, slow_queue(2, 30.0))
     loop = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "campaign", "run", str(path), "--on-interrupt", "cancel"],

@@ -389,7 +389,8 @@ def _record(campaign: Campaign, status: str | None, reason: str | None):
     if reason or status not in ("keep", "discard"):  # say why whenever it is not the plain comparison
         text = f"{text} [{status}: {reason or result.get('reason', 'no result')}]"
     run = current.get("run") or {}
-    row = ledger.append(
+    started_at = current.get("started_at", current["opened_at"])
+    row = _row_of_attempt(campaign.rows(), current["branch"], started_at) or ledger.append(
         campaign.ledger,
         ledger.Row(
             branch=current["branch"],
@@ -406,7 +407,7 @@ def _record(campaign: Campaign, status: str | None, reason: str | None):
             log_path=run.get("log_path", ""),
             status=status,
             description=text,
-            started_at=current.get("started_at", current["opened_at"]),
+            started_at=started_at,
             ended_at=result.get("ended_at", now_iso()),
         ),
     )
@@ -420,6 +421,16 @@ def _record(campaign: Campaign, status: str | None, reason: str | None):
         f"result #{row.index} {current['slug']}: {status} {s.metric} {row.metric_value:.6f}", campaign.repo
     )
     return row
+
+
+def _row_of_attempt(rows: list, branch: str, started_at: str):
+    """The row already written for this attempt, if any: a process killed between appending
+    the row and clearing state.json leaves the attempt in flight, and it must not be written
+    twice. An attempt is its branch and start time (a ratchet reuses its branch, never the time)."""
+    for row in reversed(rows):
+        if row.branch == branch and row.started_at == started_at:
+            return row
+    return None
 
 
 def finish(campaign: Campaign, run_state, run_id: str) -> tuple[dict, object | None] | None:
