@@ -159,3 +159,32 @@ def test_ars_wait_json_and_bad_input(server, tmp_path):
     assert result.returncode == 1 and '"exit_status": 2' in result.stdout
     bad = ars("wait", "exp", "soon", "-L", server.name)
     assert bad.returncode == 2 and bad.stderr.startswith("Error:")
+
+
+def test_sentinel_ends_the_wait_while_the_pane_process_lives_on(server, tmp_path):
+    # Like ssh: the pane's process outlives the job, and only its output says the job ended.
+    server(
+        "new-session", "-d", "-s", "remote", "--", "sh", "-c", 'sleep 1; echo "DONE_lr3 3"; exec sleep 600'
+    )
+    assert wait_session("remote", 0.3, server.name, sentinel="DONE_lr3").running
+    result = wait_session("remote", 60, server.name, sentinel="DONE_lr3")
+    assert (result.state, result.exit_status, result.kind) == ("exited", 3, "sentinel")
+    assert result.waited < 30
+    assert wait_session("remote", 2, server.name).running  # without the sentinel: still "running"
+    again = wait_session("remote", 60, server.name, sentinel="DONE_lr3")  # shown before the wait
+    assert again.state == "exited" and again.waited < 5
+
+
+def test_the_typed_sentinel_command_does_not_end_the_wait(server, tmp_path):
+    server(
+        "new-session", "-d", "-s", "shell", "-c", str(tmp_path), "--", "bash", "--norc", "--noprofile", "-i"
+    )
+    server("send-keys", "-t", "=shell:", 'sleep 1.5; echo "DONE_ab $?"', "Enter")
+    wait_until(
+        lambda: "DONE_ab" in server("capture-pane", "-p", "-t", "=shell:").stdout, what="the typed line"
+    )
+    assert wait_session("shell", 0.5, server.name, sentinel="DONE_ab").running
+    result = wait_session("shell", 60, server.name, sentinel="DONE_ab")
+    assert (result.state, result.exit_status) == ("exited", 0)
+    bad = ars("wait", "shell", "5", "-L", server.name, "--sentinel", " ")
+    assert bad.returncode == 2 and "--sentinel" in bad.stderr

@@ -18,6 +18,9 @@ cost: an interactive shell in the pane is "running" while it has child processes
 train.sh` shows as `bash` in `pane_current_command`, an ended remote job still as `ssh`, so
 that is no guide); a pane whose process is the job itself runs until that process exits.
 A job behind `ssh` is out of sight: the waiter sees the ssh client, not the remote command.
+For those, `--sentinel TOKEN` ends the wait when the pane shows a line that is TOKEN, alone
+or followed by the exit status: type `python train.py; echo "TOKEN $?"` on the remote side
+(the typed line itself never matches: it does not start with TOKEN and holds `$?`, not a number).
 
 SESSION may also be a run's log path or `.run.json` (any launcher, local runs included).
 """
@@ -25,6 +28,7 @@ SESSION may also be a run's log path or `.run.json` (any launcher, local runs in
 from __future__ import annotations
 
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -46,6 +50,8 @@ RECHECK = 10.0  # seconds between tmux queries: the backstop behind the signal a
 CHEAP_CHECK = 1.0  # seconds between reads of the exit file and the pane process (no fork)
 FOREIGN_POLL = 0.2  # seconds between /proc checks of a session not started by ars
 SETTLE = 0.25  # seconds for tmux to record the exit status of a pane process we saw exit
+SENTINEL_POLL = 0.5  # seconds between reads of the pane while waiting for a sentinel line
+SENTINEL_LINES = 500  # lines of history searched for it: the job may have ended before we looked
 SHELLS = frozenset({"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"})
 PANE_FORMAT = "\t".join(
     ["#{session_name}", "#{pane_id}", "#{pane_pid}", "#{pane_dead}", "#{pane_dead_status}"]
@@ -59,7 +65,7 @@ class WaitResult:
     state: str  # running | exited | timeout | cancelled | lost | ended (status unknown) | gone
     exit_status: int | None = None
     waited: float = 0.0
-    kind: str = "ars"  # ars (signalled), foreign (polled), run (a run file, any launcher)
+    kind: str = "ars"  # ars (signalled), foreign (polled), sentinel (read), run (a run file)
     detail: str = ""
 
     @property
@@ -124,8 +130,10 @@ def wait_session(
     socket: str | None = None,
     socket_path: str | None = None,
     recheck: float = RECHECK,
+    sentinel: str | None = None,
 ) -> WaitResult:
-    """Wait up to `seconds` for the command in a tmux session (or pane) to end."""
+    """Wait up to `seconds` for the command in a tmux session (or pane) to end; with `sentinel`,
+    for the pane to show the sentinel line (a job behind ssh)."""
     began = time.monotonic()
     deadline = began + seconds
     tmux = Tmux(socket, socket_path)
@@ -134,6 +142,8 @@ def wait_session(
         pane = query_after_exit(tmux, pane)  # an ars session has its exit file instead
     if pane is None:
         result = WaitResult(target, "gone", kind="foreign", detail="no such session (or no tmux server)")
+    elif sentinel:
+        result = _wait_sentinel(tmux, pane, sentinel, deadline)
     elif pane.channel:
         result = _wait_ars(tmux, pane, deadline, recheck)
     else:
@@ -246,6 +256,39 @@ def _wait_foreign(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> Wa
         time.sleep(max(0.0, min(FOREIGN_POLL if visible else CHEAP_CHECK, deadline - now, next_tmux - now)))
 
 
+def sentinel_pattern(token: str) -> re.Pattern[str]:
+    """A whole line that is `token`, optionally followed by an exit status (`T`, `T 3`, `T=3`, `T: 3`)."""
+    return re.compile(rf"^\s*{re.escape(token)}(?:\s*[=:]?\s*(-?\d+))?\s*$", re.MULTILINE)
+
+
+def _wait_sentinel(tmux: Tmux, pane: Pane, token: str, deadline: float) -> WaitResult:
+    """Read the pane (its recent history too) until the sentinel line shows. Reading the pane
+    rather than opening a `pipe-pane` keeps each call stateless (repeated short waits see what
+    was printed between them) and leaves the pane's one pipe to its owner."""
+    pattern = sentinel_pattern(token)
+    while True:
+        try:
+            shown = tmux(
+                "capture-pane", "-p", "-J", "-S", f"-{SENTINEL_LINES}", "-t", pane.pane_id, timeout=10
+            )
+            text = shown.stdout if shown.returncode == 0 else ""
+        except subprocess.TimeoutExpired:
+            text = ""
+        found = list(pattern.finditer(text))
+        if found:
+            status = found[-1].group(1)
+            return WaitResult(
+                "", "exited", int(status) if status else None, kind="sentinel", detail=f"{token} shown"
+            )
+        ended = _pane_ended(query(tmux, pane.pane_id), "sentinel")
+        if ended:
+            return ended
+        now = time.monotonic()
+        if now >= deadline:
+            return WaitResult("", "running", kind="sentinel")
+        time.sleep(max(0.0, min(SENTINEL_POLL, deadline - now)))
+
+
 def is_interactive_shell(pid: int) -> bool:
     """`bash`, `-zsh`, `bash -l`: a prompt waiting for commands. `bash train.sh`, `python x.py`: a job."""
     argv = _cmdline(pid)
@@ -308,6 +351,11 @@ def print_result(result: WaitResult, as_json: bool) -> None:
     show_default=True,
     help="seconds between tmux checks that do not rely on the exit signal",
 )
+@click.option(
+    "--sentinel",
+    metavar="TOKEN",
+    help="end when the pane shows a line `TOKEN [STATUS]` (jobs behind ssh; see the examples)",
+)
 @click.option("--json", "as_json", is_flag=True, help="one JSON object instead of key: value lines")
 def cli(
     session: str,
@@ -315,6 +363,7 @@ def cli(
     socket_name: str | None,
     socket_path: str | None,
     recheck: float,
+    sentinel: str | None,
     as_json: bool,
 ) -> None:
     """Wait up to SECONDS for the command in tmux SESSION to end.
@@ -331,6 +380,9 @@ def cli(
       python tools/tmux_wait.py exp_lr 0.5 -L ars-campaign
       ars wait mysession:1.0 600 --json       # a pane of a session of your own
       ars wait runs/003-lr/run.log 60         # any launcher, by its log
+      # a job behind ssh: it prints the sentinel line when it ends
+      tmux send-keys -t remote 'python train.py; echo "DONE_lr3 $?"' Enter
+      ars wait remote 600 --sentinel DONE_lr3
     """
     from autoresearch_skills.clock import parse_duration
 
@@ -344,14 +396,18 @@ def cli(
         raise BadInput("give -L NAME or -S PATH, not both")
     if recheck <= 0:
         raise BadInput(f"--recheck must be positive, got {recheck:g}")
+    if sentinel is not None and not sentinel.strip():
+        raise BadInput("--sentinel needs a non-empty TOKEN, e.g. --sentinel DONE_lr3")
     if _is_run_file(session):
+        if sentinel:
+            raise BadInput("--sentinel reads a tmux pane; SESSION here is a run file")
         result = wait_run_file(session, limit)
     elif shutil.which("tmux") is None:
         raise BadInput(
             "tmux is not installed here: install it, or pass a run's log path instead of a session"
         )
     else:
-        result = wait_session(session, limit, socket_name, socket_path, recheck)
+        result = wait_session(session, limit, socket_name, socket_path, recheck, sentinel)
     print_result(result, as_json)
     code = EXIT_OK if result.running else EXIT_NEGATIVE
     if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
