@@ -377,7 +377,7 @@ def record(campaign: Campaign, status: str | None = None, reason: str | None = N
 
 
 def _record(campaign: Campaign, status: str | None, reason: str | None):
-    from autoresearch_skills import gitflow, ledger
+    from autoresearch_skills import gitflow
     from autoresearch_skills.memory import note_event
 
     state = settled_state(campaign)
@@ -388,9 +388,33 @@ def _record(campaign: Campaign, status: str | None, reason: str | None):
     text = current["description"]
     if reason or status not in ("keep", "discard"):  # say why whenever it is not the plain comparison
         text = f"{text} [{status}: {reason or result.get('reason', 'no result')}]"
+    rows = campaign.rows()
+    written = current.get("row_at")
+    if written is not None and len(rows) > written:
+        # Killed after appending the row, before state.json forgot the attempt: it has its row.
+        row = rows[written]
+    else:
+        current["row_at"] = len(rows)  # where this attempt's row goes (appends hold the lock)
+        campaign.save_state(state)
+        row = _append_row(campaign, current, result, status, text)
+    # The row is durable before any branch moves (ratchet) or the state forgets the run.
+    if s.strategy == "ratchet" and status != "keep" and current["slug"] != "baseline":
+        gitflow.move_branch_back(current["workdir"], current["parent_commit"])
+    state["current"] = None
+    state["last"] = {"index": row.index, "slug": current["slug"], "status": status}
+    campaign.save_state(state)
+    note_event(
+        f"result #{row.index} {current['slug']}: {status} {s.metric} {row.metric_value:.6f}", campaign.repo
+    )
+    return row
+
+
+def _append_row(campaign: Campaign, current: dict, result: dict, status: str, text: str):
+    from autoresearch_skills import ledger
+
+    s = campaign.settings
     run = current.get("run") or {}
-    started_at = current.get("started_at", current["opened_at"])
-    row = _row_of_attempt(campaign.rows(), current["branch"], started_at) or ledger.append(
+    return ledger.append(
         campaign.ledger,
         ledger.Row(
             branch=current["branch"],
@@ -407,30 +431,10 @@ def _record(campaign: Campaign, status: str | None, reason: str | None):
             log_path=run.get("log_path", ""),
             status=status,
             description=text,
-            started_at=started_at,
+            started_at=current.get("started_at", current["opened_at"]),
             ended_at=result.get("ended_at", now_iso()),
         ),
     )
-    # The row is durable before any branch moves (ratchet) or the state forgets the run.
-    if s.strategy == "ratchet" and status != "keep" and current["slug"] != "baseline":
-        gitflow.move_branch_back(current["workdir"], current["parent_commit"])
-    state["current"] = None
-    state["last"] = {"index": row.index, "slug": current["slug"], "status": status}
-    campaign.save_state(state)
-    note_event(
-        f"result #{row.index} {current['slug']}: {status} {s.metric} {row.metric_value:.6f}", campaign.repo
-    )
-    return row
-
-
-def _row_of_attempt(rows: list, branch: str, started_at: str):
-    """The row already written for this attempt, if any: a process killed between appending
-    the row and clearing state.json leaves the attempt in flight, and it must not be written
-    twice. An attempt is its branch and start time (a ratchet reuses its branch, never the time)."""
-    for row in reversed(rows):
-        if row.branch == branch and row.started_at == started_at:
-            return row
-    return None
 
 
 def finish(campaign: Campaign, run_state, run_id: str) -> tuple[dict, object | None] | None:
