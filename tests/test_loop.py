@@ -315,6 +315,23 @@ def test_resume_adopts_a_tmux_run_that_outlived_the_loop(repo: Path):
         Tmux(socket).kill_server()
 
 
+def test_tmux_sessions_of_older_runs_are_closed_the_latest_kept(repo: Path):
+    socket = f"ars-test-{uuid.uuid4().hex[:8]}"
+    path = write_campaign(repo, slow_queue(3, 0.0), launcher="tmux", tmux_socket=socket, keep_sessions=2)
+    tmux = Tmux(socket)
+    try:
+        tmux("new-session", "-d", "-s", "users-own", "sleep 600")  # never ours to close
+        ars(repo, "campaign", "run", str(path))
+        table = rows(repo)
+        assert len(table) == 4
+        sessions = set(tmux("list-sessions", "-F", "#{session_name}").stdout.split())
+        assert sessions == {"users-own", table[2].job_id, table[3].job_id}
+        for row in table:  # every log and run file stays
+            assert Path(row.log_path).is_file() and Path(row.log_path + ".run.json").is_file()
+    finally:
+        tmux.kill_server()
+
+
 def test_resume_records_a_crash_when_the_runner_died_with_the_loop(repo: Path):
     path = write_campaign(repo, slow_queue(1, 30.0))
     loop = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "campaign", "run", str(path)], cwd=repo,

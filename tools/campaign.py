@@ -53,6 +53,7 @@ class Settings:
     keep_ties: bool = False
     require_baseline: bool = True
     tmux_socket: str | None = None
+    keep_sessions: int = 5  # finished runs whose tmux sessions stay open for post-mortems (logs always stay)
     policy: dict = field(default_factory=dict)  # the unattended loop's proposer settings
 
     def stop_rules(self):
@@ -343,6 +344,13 @@ def cli() -> None:
 @click.option("--keep-ties", is_flag=True, help="a result equal to the best counts as kept")
 @click.option("--socket", "tmux_socket", help="private tmux server (-L) for the tmux launcher")
 @click.option(
+    "--keep-sessions",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="tmux sessions of the latest finished runs left open; older ones are closed (logs stay)",
+)
+@click.option(
     "--dir",
     "folder",
     type=click.Path(file_okay=False, path_type=Path),
@@ -363,6 +371,7 @@ def init_cmd(
     decide,
     keep_ties,
     tmux_socket,
+    keep_sessions,
     folder,
     as_json,
 ) -> None:
@@ -383,6 +392,7 @@ def init_cmd(
     campaign = create(
         name, metric, direction, command, stop_text=stop_text, prefix=prefix, launcher=launcher, preset=preset,
         folder=folder, strategy=strategy, worktrees=worktrees, decide=decide, keep_ties=keep_ties, tmux_socket=tmux_socket,
+        keep_sessions=keep_sessions,
     )  # fmt: skip
     s = campaign.settings
     tree = gitflow.tree_state(s.repo)

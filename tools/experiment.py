@@ -373,7 +373,35 @@ def _last_error(log_path: str) -> str:
 def record(campaign: Campaign, status: str | None = None, reason: str | None = None):
     """Write the attempt's one ledger row, then (ratchet) move the branch back if not kept."""
     with campaign.lock():
-        return _record(campaign, status, reason)
+        row = _record(campaign, status, reason)
+    close_old_sessions(campaign)
+    return row
+
+
+def close_old_sessions(campaign: Campaign) -> int:
+    """Close the tmux sessions of finished runs beyond the latest `keep_sessions`: an overnight
+    campaign must not leave a hundred dead sessions in `tmux ls`. Logs and run files stay."""
+    from autoresearch_skills.launch.base import FINISHED, Run, state_path_for
+
+    keep = campaign.settings.keep_sessions
+    if campaign.settings.launcher != "tmux":
+        return 0
+    rows = [r for r in campaign.rows() if r.launcher == "tmux" and r.log_path]
+    launcher, closed = launcher_for(campaign), 0
+    for row in rows[: max(0, len(rows) - keep)]:
+        run_file = state_path_for(row.log_path)
+        try:
+            run = Run.load(run_file)
+        except (OSError, ValueError, TypeError):
+            continue  # no run file (never launched) or not ours to judge
+        if run.extra.get("session_closed"):
+            continue
+        if launcher.close(run) or run.reload().state in FINISHED:  # closed now, or gone before
+            run = run.reload()
+            run.extra["session_closed"] = True
+            run.save()
+            closed += 1
+    return closed
 
 
 def _record(campaign: Campaign, status: str | None, reason: str | None):

@@ -108,6 +108,7 @@ def open_campaign(path: Path, cwd: Path = Path(".")) -> Campaign:
         prefix=config.get("prefix"), launcher=config.get("launcher", "local"), preset=config.get("preset", "karpathy"),
         cwd=cwd, folder=folder, strategy=config.get("strategy", "branches"), worktrees=config.get("worktrees", "auto"),
         keep_ties=bool(config.get("keep_ties", False)), tmux_socket=config.get("tmux_socket"), policy=config["policy"],
+        keep_sessions=int(config.get("keep_sessions", 5)),
     )  # fmt: skip
     if isinstance(stop, dict):
         from autoresearch_skills.campaign import write_settings

@@ -134,6 +134,11 @@ class Launcher(Protocol):
 
     def cancel(self, run: Run) -> State: ...
 
+    def close(self, run: Run) -> bool:
+        """Release what a finished run still holds (tmux: its session, kept for post-mortems).
+        Never touches a live run; False when there was nothing to release."""
+        ...
+
 
 def state_path_for(log_path: str | Path) -> Path:
     return Path(str(log_path) + ".run.json")

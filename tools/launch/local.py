@@ -159,6 +159,10 @@ class LocalLauncher:
         kill_tree(*tree_of(current), grace=current.grace)
         return record(current, State("cancelled", None, "cancelled; its supervisor was gone"))
 
+    def close(self, run: Run) -> bool:
+        """A local run holds nothing once finished: its log and run file stay."""
+        return False
+
 
 # -- shared with the tmux launcher ------------------------------------------------
 

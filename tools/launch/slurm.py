@@ -184,6 +184,10 @@ class SlurmLauncher:
                     break
                 time.sleep(min(EXIT_FILE_POLL, wake - now))
 
+    def close(self, run: Run) -> bool:
+        """Slurm frees a job's resources itself; its log and run file stay."""
+        return False
+
     def cancel(self, run: Run) -> State:
         """`scancel`, stop the job's processes on this machine, wait until Slurm reports the end."""
         current = run.reload()

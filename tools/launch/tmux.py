@@ -66,6 +66,20 @@ class TmuxLauncher(LocalLauncher):
         remember(run)
         return run.reload()
 
+    def close(self, run: Run) -> bool:
+        """Close a finished run's session (kept open until now for post-mortems). Only the
+        session this run created: a later session that took the same name has its own channel."""
+        current = run.reload()
+        session = current.extra.get("session")
+        if not session or not self.status(current).finished:
+            return False
+        tmux = Tmux(current.extra.get("tmux_socket") or current.extra.get("socket"))
+        target = session_target(session)
+        channel = tmux("display-message", "-p", "-t", target, "#{@ars_channel}").stdout.strip()
+        if channel != current.extra.get("channel"):
+            return False
+        return tmux("kill-session", "-t", target).returncode == 0
+
     def _new_session(self, run: Run) -> subprocess.CompletedProcess[str]:
         session, target = run.extra["session"], session_target(run.extra["session"])
         options = {
