@@ -12,6 +12,7 @@ state.json under `current`, with a phase:
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
@@ -374,7 +375,10 @@ def record(campaign: Campaign, status: str | None = None, reason: str | None = N
     """Write the attempt's one ledger row, then (ratchet) move the branch back if not kept."""
     with campaign.lock():
         row = _record(campaign, status, reason)
-    close_old_sessions(campaign)
+    try:
+        close_old_sessions(campaign)
+    except (OSError, subprocess.SubprocessError) as err:  # housekeeping never fails a recorded attempt
+        click.echo(f"warning: could not close old tmux sessions: {err}", err=True)
     return row
 
 
@@ -383,9 +387,9 @@ def close_old_sessions(campaign: Campaign) -> int:
     campaign must not leave a hundred dead sessions in `tmux ls`. Logs and run files stay."""
     from autoresearch_skills.launch.base import FINISHED, Run, state_path_for
 
-    keep = campaign.settings.keep_sessions
     if campaign.settings.launcher != "tmux":
         return 0
+    keep = campaign.settings.keep_sessions
     rows = [r for r in campaign.rows() if r.launcher == "tmux" and r.log_path]
     launcher, closed = launcher_for(campaign), 0
     for row in rows[: max(0, len(rows) - keep)]:
