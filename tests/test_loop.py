@@ -93,8 +93,10 @@ def test_queue_policy_runs_set_and_patch_and_records_rejections_as_crashes(repo:
         {"slug": "cheat", "description": "edit the evaluation", "patch": PATCH_FROZEN},
         {"slug": "odd-width", "description": "WIDTH 63 crashes", "set": {"WIDTH": 63}},
     ]
+    home = git(repo, "branch", "--show-current")
     out = ars(repo, "campaign", "run", str(write_campaign(repo, {"kind": "queue", "queue": queue}))).stdout
     table = rows(repo)
+    assert git(repo, "branch", "--show-current") == home and f"back on {home}" in out
     assert [(Path(r.branch).name, r.status) for r in table] == [
         ("baseline", "keep"),
         ("higher-lr", "keep"),
