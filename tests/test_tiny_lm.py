@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="tiny-lm needs torch (`make torch` installs the CPU wheel)")
 
+from autoresearch_skills import metrics  # noqa: E402
 from autoresearch_skills.resources import resource_dir  # noqa: E402
 
 SUMMARY_KEYS = (
@@ -27,7 +28,9 @@ SUMMARY_KEYS = (
     "num_params_M",
     "depth",
 )
-STEP_LINE = re.compile(r"^step \d{5} \| loss \d+\.\d{4} \| lr \d\.\de[+-]\d\d \| \d+ tok/s$", re.M)
+STEP_LINE = re.compile(
+    r"^step \d{5} \(\d+\.\d%\) \| loss: \d+\.\d{4} \| lr: \d\.\de[+-]\d\d \| tok/sec: [\d,]+$", re.M
+)
 HYPERPARAMETER = re.compile(r"^([A-Z][A-Z0-9_]*) = (\S+)( +# .+)?$", re.M)
 
 
@@ -53,7 +56,8 @@ def set_hyperparameter(folder: Path, name: str, value: str) -> None:
     path.write_text(text)
 
 
-def test_short_run_learns_and_prints_every_summary_key(target):
+def test_short_run_learns_and_prints_every_summary_key(target, tmp_path):
+    set_hyperparameter(target, "LOG_EVERY", "5")  # several step lines even on a loaded machine
     result = run_train(target, budget=4)
     assert result.returncode == 0, result.stderr[-2000:]
     block = result.stdout.split("\n---\n", 1)[1]
@@ -67,6 +71,10 @@ def test_short_run_learns_and_prints_every_summary_key(target):
     assert values["peak_memory_kind"].strip() == "cpu_rss" and float(values["peak_vram_mb"]) > 0
     assert values["depth"].strip() == "2"
     assert STEP_LINE.search(result.stdout), result.stdout[:500]
+    log = tmp_path / "run.log"
+    log.write_text(result.stdout)
+    losses = metrics.extract(log, preset="karpathy", metric="loss", mode="series")  # what `ars prune` reads
+    assert len(losses) >= 2 and losses[0].step == 1 and losses[-1].value < losses[0].value
 
 
 def test_heads_not_dividing_width_fails_before_training_with_one_clear_line(target):

@@ -180,7 +180,11 @@ while training_seconds < time_budget:
         if not math.isfinite(loss_value):
             sys.exit(f"error: loss is {loss_value} at step {step}: training diverged")
         tok_per_s = tokens_since_log / max(1e-9, time.time() - t_log)
-        print(f"step {step:05d} | loss {loss_value:.4f} | lr {lr:.1e} | {tok_per_s:.0f} tok/s", flush=True)
+        done = 100 * min(1.0, training_seconds / time_budget)
+        print(
+            f"step {step:05d} ({done:.1f}%) | loss: {loss_value:.4f} | lr: {lr:.1e} | tok/sec: {tok_per_s:,.0f}",
+            flush=True,
+        )
         t_log, tokens_since_log = time.time(), 0
 
 # ---------------------------------------------------------------------------
