@@ -37,6 +37,7 @@ COMMANDS = {
         "autoresearch_skills.monitor:cli",
         "Watch a run: status blocks on a backoff schedule, anomalies.",
     ),
+    "prune": ("autoresearch_skills.prune:cli", "Early stopping: stop a run its curve says will lose."),
     "memory": ("autoresearch_skills.memory:cli", "Session memory: start, checkpoint, handoff, show, resume."),
     "report": ("autoresearch_skills.report:cli", "Write report.md, report.html and progress.png."),
     "profile": (
