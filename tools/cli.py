@@ -16,10 +16,10 @@ from autoresearch_skills.errors import run_cli
 # fmt: off
 COMMANDS = {
     "campaign": (
-        "autoresearch_skills.campaign:cli",
+        "autoresearch_skills.campaign.cli:cli",
         "Campaigns: init, status, the unattended loop (run, resume).",
     ),
-    "exp": ("autoresearch_skills.experiment:cli", "Experiments: baseline, start, commit, run, mark."),
+    "exp": ("autoresearch_skills.campaign.experiment:cli", "Experiments: baseline, start, commit, run, mark."),
     "stop": (
         "autoresearch_skills.stoprule:cli",
         "Stop rules: parse plain words; check them against a ledger.",

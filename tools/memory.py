@@ -431,7 +431,7 @@ def resume_cmd(root, campaign: str | None, as_json: bool) -> None:
       ars memory resume
       ars memory resume --json
     """
-    from autoresearch_skills import campaign as campaign_mod
+    from autoresearch_skills.campaign import store as campaign_mod
 
     repo, branch = _repo_and_branch()
     session = newest(sessions_root(root, repo=repo or None))

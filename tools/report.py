@@ -260,7 +260,7 @@ def cli(campaign: str | None, out_dir: Path | None, as_json: bool) -> None:
       ars report
       ars report tiny-lm-demo -o /tmp/report
     """
-    from autoresearch_skills.campaign import find
+    from autoresearch_skills.campaign.store import find
 
     paths = write_report(find(campaign), out_dir)
     if as_json:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from autoresearch_skills.campaign import Campaign, find
+from autoresearch_skills.campaign.store import Campaign, find
 from autoresearch_skills.clock import format_duration, now, now_iso, parse_duration, parse_iso
 from autoresearch_skills.errors import BadInput, run_cli
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import click
 
-from autoresearch_skills import experiment
-from autoresearch_skills.campaign import Campaign, create, find, load
+from autoresearch_skills.campaign import experiment
+from autoresearch_skills.campaign.store import Campaign, create, find, load
 from autoresearch_skills.clock import format_duration, now, parse_iso
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.proposals import MAX_RETRIES, Proposal, Rejected, apply, make_policy, validate
+from autoresearch_skills.campaign.proposals import MAX_RETRIES, Proposal, Rejected, apply, make_policy, validate
 from autoresearch_skills.yamlfile import read_yaml
 
 POLL = 1.0  # seconds between checks of a running experiment
@@ -111,7 +111,7 @@ def open_campaign(path: Path, cwd: Path = Path(".")) -> Campaign:
         keep_sessions=int(config.get("keep_sessions", 5)),
     )  # fmt: skip
     if isinstance(stop, dict):
-        from autoresearch_skills.campaign import write_settings
+        from autoresearch_skills.campaign.store import write_settings
         from autoresearch_skills.stoprule import from_mapping
 
         rules = (

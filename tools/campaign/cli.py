@@ -1,0 +1,229 @@
+"""`ars campaign`: init, status, and the unattended loop (run, resume). Wiring only: the
+campaign folder lives in `store`, the loop in `loop` (imported inside the commands that need it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from autoresearch_skills.campaign.store import LAUNCHERS, PRESETS, create, find, status_facts
+from autoresearch_skills.errors import run_cli
+
+@click.group("campaign")
+def cli() -> None:
+    """Campaigns: settings, ledger and state for one research objective.
+
+    \b
+    Examples:
+      ars campaign init lr-sweep --metric val_bpb --direction min \\
+          --stop "24 experiments or 6h total, 10m each" --command "python train.py"
+      ars campaign status
+    """
+
+
+@cli.command("init")
+@click.argument("name")
+@click.option("--metric", required=True, help="the metric the ledger ranks by, e.g. val_bpb")
+@click.option(
+    "--direction", type=click.Choice(["min", "max"]), required=True, help="lower or higher is better"
+)
+@click.option("--command", "command", required=True, help='the training command, e.g. "uv run train.py"')
+@click.option("--stop", "stop_text", help='stop rule in words: "24 experiments or 6h total, 10m each"')
+@click.option("--prefix", help="branch prefix (default autoresearch/<YYYYmmdd>-<name>)")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="local", show_default=True)
+@click.option(
+    "--preset",
+    type=click.Choice(PRESETS),
+    default="karpathy",
+    show_default=True,
+    help="how to read the metric from the log",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(["branches", "ratchet"]),
+    default="branches",
+    show_default=True,
+    help="ratchet: one branch, reset on discard (only when asked for)",
+)
+@click.option(
+    "--worktrees",
+    type=click.Choice(["auto", "always", "off"]),
+    default="auto",
+    show_default=True,
+    help="run in a git worktree when the tree has uncommitted changes",
+)
+@click.option(
+    "--decide",
+    type=click.Choice(["auto", "manual"]),
+    default="auto",
+    show_default=True,
+    help="manual: `ars exp mark` writes the row",
+)
+@click.option("--keep-ties", is_flag=True, help="a result equal to the best counts as kept")
+@click.option("--socket", "tmux_socket", help="private tmux server (-L) for the tmux launcher")
+@click.option(
+    "--keep-sessions",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="tmux sessions of the latest finished runs left open; older ones are closed (logs stay)",
+)
+@click.option(
+    "--dir",
+    "folder",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="campaign folder (default reports/auto_research/<name>)",
+)
+@click.option("--json", "as_json", is_flag=True)
+def init_cmd(
+    name,
+    metric,
+    direction,
+    command,
+    stop_text,
+    prefix,
+    launcher,
+    preset,
+    strategy,
+    worktrees,
+    decide,
+    keep_ties,
+    tmux_socket,
+    keep_sessions,
+    folder,
+    as_json,
+) -> None:
+    """Create a campaign: folder, settings, empty ledger, absolute deadline.
+
+    Refuses to overwrite an existing campaign. Reports the working tree: uncommitted
+    work is never stashed, reset or committed; experiments then run in worktrees.
+
+    \b
+    Examples:
+      ars campaign init lr-sweep --metric val_bpb --direction min \\
+          --stop "24 experiments or 6h total, 10m each" --command "uv run train.py" --launcher tmux
+      ars campaign init rl-reward --metric validation/accuracy --direction max \\
+          --preset nemo-rl --command "bash run_grpo.sh" --stop "10 experiments"
+    """
+    from autoresearch_skills import gitflow
+
+    campaign = create(
+        name, metric, direction, command, stop_text=stop_text, prefix=prefix, launcher=launcher, preset=preset,
+        folder=folder, strategy=strategy, worktrees=worktrees, decide=decide, keep_ties=keep_ties, tmux_socket=tmux_socket,
+        keep_sessions=keep_sessions,
+    )  # fmt: skip
+    s = campaign.settings
+    tree = gitflow.tree_state(s.repo)
+    facts = {
+        "campaign": s.name,
+        "folder": str(campaign.folder),
+        "ledger": str(campaign.ledger),
+        "metric": f"{s.metric} ({s.direction})",
+        "command": s.command,
+        "launcher": s.launcher,
+        "prefix": s.prefix,
+        "stop_rules": campaign.settings.stop_rules().describe(),
+        "deadline": s.stop.get("deadline", "none"),
+        "working_tree": tree.summary(),
+        "isolation": _isolation(s.worktrees, tree),
+        "next": "ars exp baseline",
+    }
+    if as_json:
+        click.echo(json.dumps(facts, indent=2))
+        return
+    for key, value in facts.items():
+        for line in value if isinstance(value, list) else [value]:
+            click.echo(f"{key}: {line}")
+
+
+def _isolation(worktrees: str, tree) -> str:
+    if worktrees == "always" or (worktrees == "auto" and tree.dirty_tracked):
+        return "experiments run in git worktrees (your uncommitted changes stay untouched)"
+    if tree.dirty_tracked:
+        return "worktrees are off and the tree has uncommitted changes: experiments will refuse to start"
+    return "experiments run in place (tree clean)"
+
+
+@cli.command("status")
+@click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+@click.option("--json", "as_json", is_flag=True)
+def status_cmd(ref: str | None, as_json: bool) -> None:
+    """Attempted and remaining, best so far, current branch, running experiment, verdict.
+
+    Exit 0 while the campaign should go on, 1 once a stop condition is met.
+
+    \b
+    Examples:
+      ars campaign status
+      ars campaign status --campaign lr-sweep --json
+    """
+    facts = status_facts(find(ref))
+    if as_json:
+        click.echo(json.dumps(facts, indent=2, default=str))
+    else:
+        for key in ("name", "folder", "metric", "direction", "stop_rules", "deadline", "attempted",
+                    "remaining_experiments", "remaining_time", "best", "latest", "current_branch", "running"):  # fmt: skip
+            value = facts[key]
+            click.echo(f"{key}: {value if value is not None else '-'}")
+        if facts["pending_decision"]:
+            click.echo(
+                f"pending_decision: {facts['pending_decision']} (decide with `ars exp mark keep|discard|crash`)"
+            )
+        click.echo(facts["verdict"])
+    raise SystemExit(0 if facts["should_continue"] else 1)
+
+
+interrupt_option = click.option(
+    "--on-interrupt",
+    type=click.Choice(["wait", "cancel"]),
+    default="wait",
+    show_default=True,
+    help="on Ctrl-C/SIGTERM: let the current run finish, or cancel it; its row is written either way",
+)
+
+
+@cli.command("run")
+@click.argument("campaign_file", type=click.Path(dir_okay=False, path_type=Path))
+@interrupt_option
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per event")
+def run_cmd(campaign_file: Path, on_interrupt: str, as_json: bool) -> None:
+    """Run a campaign unattended: baseline, then proposals until a stop rule is met.
+
+    Creates the campaign on first use (from the file); a second call continues it.
+    Proposals come from the file's `policy:` (queue, grid, random or command).
+
+    \b
+    Examples:
+      ars campaign run campaign.yaml
+      ars campaign run campaign.yaml --on-interrupt cancel --json
+    """
+    from autoresearch_skills.campaign import loop
+
+    raise SystemExit(loop.run_campaign(loop.open_campaign(campaign_file), on_interrupt, as_json))
+
+
+@cli.command("resume")
+@click.argument("ref", required=False)
+@interrupt_option
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per event")
+def resume_cmd(ref: str | None, on_interrupt: str, as_json: bool) -> None:
+    """Continue an interrupted or crashed campaign loop (adopts a run still going).
+
+    \b
+    Examples:
+      ars campaign resume
+      ars campaign resume tiny-lm-demo
+    """
+    from autoresearch_skills.campaign import loop
+
+    raise SystemExit(loop.resume(ref, on_interrupt, as_json))
+
+
+def main() -> None:
+    run_cli(cli, prog_name="ars campaign")
+
+
+if __name__ == "__main__":
+    main()
