@@ -138,7 +138,7 @@ def test_random_policy_is_reproducible_from_its_seed(repo: Path, tmp_path: Path)
     ars(repo, "campaign", "run", str(write_campaign(repo, policy)))
     first = [r.description for r in rows(repo)]
     assert len(first) == 3 and all(d.startswith("set LR=") for d in first[1:])
-    from autoresearch_skills.proposals import make_policy
+    from autoresearch_skills.campaign.proposals import make_policy
 
     replay = make_policy(policy, set())
     drawn = [replay.next({})]

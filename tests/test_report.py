@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch_skills import campaign as campaign_mod
+from autoresearch_skills.campaign import store as campaign_mod
 from autoresearch_skills import ledger, report
 
 
