@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autoresearch_skills import ledger
-from autoresearch_skills.ledger import COLUMNS, Row
+from autoresearch_skills.ledger import BASE_COLUMNS, COLUMNS, Row
 
 NEMO_RL_HEADER = [
     "index", "branch", "parent_commit", "commit", "recipe", "metric_name", "metric_value", "memory_gb",
@@ -53,13 +53,13 @@ def results(tmp_path: Path) -> Path:
 # ---------------------------------------------------------------- schema
 
 
-def test_header_has_the_17_columns_with_nemo_rl_schema_first(tmp_path):
+def test_header_has_the_17_base_columns_with_nemo_rl_schema_first_then_the_extras(tmp_path):
     path = tmp_path / "results.tsv"
     ledger.init(path)
     header = path.read_text().split("\n")[0].split("\t")
-    assert len(header) == 17
     assert header[:15] == NEMO_RL_HEADER
-    assert header[15:] == ["started_at", "ended_at"]
+    assert header[15:17] == ["started_at", "ended_at"]
+    assert tuple(header[17:]) == ledger.EXTRA_COLUMNS
     assert ledger.STATUSES == ("keep", "discard", "crash", "timeout", "cancelled")
 
 
@@ -126,7 +126,7 @@ def test_eight_processes_appending_at_once_lose_and_interleave_no_row(tmp_path):
     assert sorted(seen) == sorted(f"w{w}-r{i}" for w in range(8) for i in range(per_worker))
     for w in range(8):  # each writer's rows keep their order
         assert [s for s in seen if s.startswith(f"w{w}-")] == [f"w{w}-r{i}" for i in range(per_worker)]
-    assert all(line.count("\t") == 16 for line in path.read_text().splitlines())
+    assert all(line.count("\t") == len(COLUMNS) - 1 for line in path.read_text().splitlines())
     assert not Path(str(path) + ".torn").exists()
 
 
@@ -230,7 +230,7 @@ GOOD += "\t" + "\t".join(["cmd", "log", "keep", "desc", T0, T1])
 
 def _broken(field: str, value: str) -> str:
     parts = GOOD.split("\t")
-    parts[COLUMNS.index(field)] = value
+    parts[BASE_COLUMNS.index(field)] = value
     return "\t".join(parts)
 
 
@@ -247,7 +247,7 @@ BROKEN_ROWS = {
 @pytest.mark.parametrize("problem", BROKEN_ROWS)
 def test_broken_row_is_one_error_line_naming_file_and_line(tmp_path, problem):
     path = tmp_path / "results.tsv"
-    path.write_text("\t".join(COLUMNS) + "\n" + GOOD + "\n" + BROKEN_ROWS[problem] + "\n" + GOOD + "\n")
+    path.write_text("\t".join(BASE_COLUMNS) + "\n" + GOOD + "\n" + BROKEN_ROWS[problem] + "\n" + GOOD + "\n")
     before = path.read_bytes()
     for args in (["show"], ["best", "-d", "min"], ["export", "-f", "csv"], ["append"]):
         extra = ["--status", "keep"] if args == ["append"] else []
@@ -420,3 +420,23 @@ def test_documented_pandas_recipes_read_a_tricky_ledger(tmp_path):
     assert list(frame["description"]) == ['"quoted" start', "NA", "tab\there"]
     assert list(frame["commit"]) == ["1234567", "1e45678", ""]
     assert frame["metric_value"].dtype == float
+
+
+def test_a_ledger_with_the_17_base_columns_reads_and_appends_in_its_own_columns(tmp_path):
+    path = tmp_path / "results.tsv"
+    path.write_text("\t".join(BASE_COLUMNS) + "\n" + GOOD + "\n")
+    row = ledger.append(path, {"status": "keep", "metric_value": 0.5, "gpus": "2", "rerun_of": "0"})
+    assert row.index == 1
+    lines = path.read_text().splitlines()
+    assert lines[0] == "\t".join(BASE_COLUMNS)
+    assert all(line.count("\t") == 16 for line in lines)
+    assert [r.metric_value for r in ledger.read(path)] == [0.99, 0.5]
+
+
+def test_extra_columns_round_trip_and_read_as_numbers(tmp_path):
+    path = tmp_path / "results.tsv"
+    ledger.append(path, {"status": "keep", "metric_value": 0.9, "sigma": "0.008", "runs": "2", "flags": "a,b"})
+    (read,) = ledger.read(path)
+    assert (read.sigma, read.runs, read.flags) == ("0.008", "2", "a,b")
+    assert read.number("sigma") == 0.008
+    assert read.number("margin_sigma") is None

@@ -32,7 +32,24 @@ NEMO_RL_COLUMNS = (
     "index", "branch", "parent_commit", "commit", "recipe", "metric_name", "metric_value",
     "memory_gb", "elapsed_min", "launcher", "job_id", "command", "log_path", "status", "description",
 )  # fmt: skip
-COLUMNS = (*NEMO_RL_COLUMNS, "started_at", "ended_at")
+BASE_COLUMNS = (*NEMO_RL_COLUMNS, "started_at", "ended_at")
+# After the 17 base columns, so NeMo-RL's readers and older ledgers keep working. All optional:
+# "" when unknown. A ledger written with an older header keeps its own columns on append.
+EXTRA_COLUMNS = (
+    "rerun_of",      # index of the row whose commit this run repeats (noise estimate, confirmations)
+    "retry_of",      # index of the crash/timeout row that a fix-up on the same branch retries
+    "fingerprint",   # what makes results comparable (command, budget, hardware, versions, frozen files)
+    "sigma",         # the campaign's run-to-run noise estimate when this row was decided
+    "margin_sigma",  # how far this result beat (+) or trailed (-) the best, in units of sigma
+    "runs",          # how many runs of this commit the decision pooled
+    "prediction",    # the expected effect, registered before the run (`--predict`)
+    "gpus",          # GPUs the run held (GPU-hour budgets)
+    "devices",       # CUDA_VISIBLE_DEVICES the run was given
+    "steps",         # training steps the run reported
+    "throughput",    # throughput the run reported (tok/sec or the preset's key)
+    "flags",         # comma-separated warnings: not-comparable, throughput-drift ...
+)  # fmt: skip
+COLUMNS = (*BASE_COLUMNS, *EXTRA_COLUMNS)
 STATUSES = ("keep", "discard", "crash", "timeout", "cancelled")
 KARPATHY_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
 
@@ -60,6 +77,25 @@ class Row:
     description: str = ""
     started_at: str = ""
     ended_at: str = ""
+    rerun_of: str = ""
+    retry_of: str = ""
+    fingerprint: str = ""
+    sigma: str = ""
+    margin_sigma: str = ""
+    runs: str = ""
+    prediction: str = ""
+    gpus: str = ""
+    devices: str = ""
+    steps: str = ""
+    throughput: str = ""
+    flags: str = ""
+
+    def number(self, name: str) -> float | None:
+        """An optional numeric extra column as a float (None when empty or not a number)."""
+        try:
+            return float(getattr(self, name))
+        except (TypeError, ValueError):
+            return None
 
     def to_line(self, columns: tuple[str, ...] = COLUMNS) -> str:
         values = {
@@ -136,7 +172,7 @@ def make_row(values: dict, where: str = "row") -> Row:
 
 def _header_columns(line: str, path: Path) -> tuple[str, ...]:
     header = tuple(line.rstrip("\r\n").split("\t"))
-    if header in (COLUMNS, NEMO_RL_COLUMNS):
+    if header in (COLUMNS, BASE_COLUMNS, NEMO_RL_COLUMNS):
         return header
     raise LedgerError(
         f"{path} line 1 is not a ledger header (expected: {' '.join(COLUMNS)}); "
