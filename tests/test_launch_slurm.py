@@ -1,6 +1,7 @@
 """The Slurm launcher against a real single-node Slurm (`.ci/slurm-up` starts one).
 
-Tests that need the cluster skip, with the reason, when no Slurm cluster answers `sinfo`.
+Tests that need the cluster skip, with the reason, when no Slurm cluster answers `sinfo`;
+tests of our own checks (options, state mapping) run everywhere.
 Every job gets a unique name and its own temp folder: the suite runs under pytest-xdist.
 """
 
@@ -237,6 +238,7 @@ def test_slurm_options_are_refused_for_other_launchers(tmp_path):
 
 
 def test_gpus_as_a_device_list_is_refused_before_anything_is_submitted(tmp_path):
+    # Our own validation: the same answer with or without Slurm on this machine.
     log = tmp_path / "g.log"
     result = ars("run", "-l", "slurm", "-t", "1m", "--log", str(log), "--gpus", "0,1", "--", "true")
     assert result.returncode == 2

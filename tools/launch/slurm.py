@@ -99,6 +99,7 @@ class SlurmLauncher:
     # -- start ------------------------------------------------------------------
 
     def start(self, spec: RunSpec) -> Run:
+        options = resource_options(spec.resources)  # our own checks first, Slurm here or not
         if shutil.which("sbatch") is None:
             raise BadInput("sbatch not found: run on a Slurm login node, or choose --launcher local or tmux")
         run = prepare_run(spec, self.name, "")
@@ -110,7 +111,7 @@ class SlurmLauncher:
             minutes = max(1, math.ceil(spec.timeout / 60))
             argv.append(f"--time={minutes}")
             run.timeout = minutes * 60.0  # what Slurm enforces; `ars status` shows it
-        argv += resource_options(spec.resources)
+        argv += options
         script = batch_script(run, files)
         for stale in (files["pid"], files["exit"]):
             Path(stale).unlink(missing_ok=True)
