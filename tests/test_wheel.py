@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +12,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# What the build reads (pyproject.toml, setup.py's bundled folders, MANIFEST.in's includes).
+SOURCE_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
+SOURCE_DIRS = ("tools", "skills", "references", "templates")
+
+
+def private_source_tree(work: Path) -> Path:
+    """A copy of the sources: setuptools writes build/ and *.egg-info beside them, and a build in
+    the checkout itself collides with parallel test workers and a developer's own build."""
+    source = work / "src"
+    source.mkdir()
+    for name in SOURCE_FILES:
+        shutil.copy2(ROOT / name, source / name)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ars-*")
+    for name in SOURCE_DIRS:
+        shutil.copytree(ROOT / name, source / name, ignore=skip)
+    return source
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
+    source = private_source_tree(work)
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(ROOT)],
-        capture_output=True, text=True,
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(source)],
+        capture_output=True, text=True, cwd=work,
     )  # fmt: skip
     if build.returncode != 0:
         pytest.fail(build.stderr[-2000:])
