@@ -176,7 +176,7 @@ def measure(inputs: Path, results: Path, out_dir: Path) -> tuple[float, float, f
     Peak memory is the largest sum of the resident sizes of the command's processes, sampled
     every 20 ms (RSS counts pages shared with the forked reader twice: an upper bound)."""
     command = [
-        sys.executable, "-m", "autoresearch_skills.reward_profile",
+        sys.executable, "-m", "autoresearch_skills.reward.cli",
         "--inputs", str(inputs), "--rollouts", str(results), "--allow-partial", "--out-dir", str(out_dir),
     ]  # fmt: skip
     peak = 0.0

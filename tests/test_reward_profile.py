@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 from reward_helpers import collection, input_row, read_jsonl, result_row
 
-from autoresearch_skills.reward_profile import cli, profile_files
+from autoresearch_skills.reward.cli import cli
+from autoresearch_skills.reward.profiler import profile_files
 
 DATA = Path(__file__).parent / "data" / "reward"
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,7 +256,7 @@ def test_script_and_ars_subcommand_behave_alike(tmp_path):
     outputs = []
     for index, command in enumerate(
         (
-            [sys.executable, str(ROOT / "tools" / "reward_profile.py")],
+            [sys.executable, str(ROOT / "tools" / "reward" / "cli.py")],
             [sys.executable, "-m", "autoresearch_skills.cli", "profile"],
         )
     ):

@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from reward_helpers import collection, input_row, result_row
 
-from autoresearch_skills.reward_profile import cli
+from autoresearch_skills.reward.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 # reward per rollout (4 rollouts per task) before and after a change
@@ -83,7 +83,7 @@ def test_compare_script_matches_the_subcommand(tmp_path):
     outputs = [
         subprocess.run([*prefix, str(before), str(after)], capture_output=True, text=True, check=True).stdout
         for prefix in (
-            [sys.executable, str(ROOT / "tools" / "profile_compare.py")],
+            [sys.executable, str(ROOT / "tools" / "reward" / "cli.py"), "compare"],
             [sys.executable, "-m", "autoresearch_skills.cli", "profile", "compare"],
         )
     ]

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from reward_helpers import collection, input_row, read_jsonl, result_row
 
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.reward_profile import cli, profile_files
+from autoresearch_skills.reward.cli import cli
+from autoresearch_skills.reward.profiler import profile_files
 
 
 def run(inputs: Path, rollouts: Path, *args: str):

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from reward_helpers import collection, input_row, result_row
 
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.pass_at_k import compute_pass_at_k, parse_ks, parse_success, pass_at_k
-from autoresearch_skills.reward_profile import cli
+from autoresearch_skills.reward.cli import cli
+from autoresearch_skills.reward.pass_at_k import compute_pass_at_k, parse_ks, parse_success, pass_at_k
 
 
 def brute_force(n: int, c: int, k: int) -> float:

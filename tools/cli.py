@@ -41,7 +41,7 @@ COMMANDS = {
     "memory": ("autoresearch_skills.memory:cli", "Session memory: start, checkpoint, handoff, show, resume."),
     "report": ("autoresearch_skills.report:cli", "Write report.md, report.html and progress.png."),
     "profile": (
-        "autoresearch_skills.reward_profile:cli",
+        "autoresearch_skills.reward.cli:cli",
         "NeMo Gym-compatible reward profiles, pass@k, compare.",
     ),
     "doctor": (

@@ -1,9 +1,10 @@
-"""NeMo Gym-compatible reward profiling: `ars profile --inputs X_materialized_inputs.jsonl --rollouts X.jsonl`.
+"""NeMo Gym-compatible reward profiling: join inputs to rollouts, statistics per task, output files.
 
-Writes `X_reward_profiling.jsonl` (one row per task, the same rows as NeMo Gym's
-`ng_reward_profile`) and `X_agent_metrics.json`, optionally pass@k (`X_pass_at_k.json`) and
-plots. Both files are streamed once; statistics are computed for all tasks at once with numpy
-(see profile_stats.py): 10,000 tasks x 8 rollouts take about 2 s of CPU where NeMo Gym takes ~30 s.
+`run_profile(inputs, rollouts, ...)` is what `ars profile --inputs X_materialized_inputs.jsonl
+--rollouts X.jsonl` runs (the command itself is in cli.py). It writes `X_reward_profiling.jsonl`
+(one row per task, the same rows as NeMo Gym's `ng_reward_profile`) and `X_agent_metrics.json`,
+optionally pass@k (`X_pass_at_k.json`) and plots. Both files are streamed once; statistics are computed for all tasks at once with numpy
+(see stats.py): 10,000 tasks x 8 rollouts take about 2 s of CPU where NeMo Gym takes ~30 s.
 
 Format: references/reward-profile-format.md. Exit codes: 0 written, 2 bad input (nothing written).
 """
@@ -18,17 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
-
-from autoresearch_skills.errors import BadInput, run_cli
-from autoresearch_skills.jsonl_stream import iter_jsonl, read_halves, value_decoder
-from autoresearch_skills.profile_compare import compare_cmd
+from autoresearch_skills.errors import BadInput
+from autoresearch_skills.reward.jsonl_stream import iter_jsonl, read_halves, value_decoder
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from autoresearch_skills.pass_at_k import PassAtK, SuccessRule
-    from autoresearch_skills.profile_stats import GroupedStats
+    from autoresearch_skills.reward.pass_at_k import PassAtK, SuccessRule
+    from autoresearch_skills.reward.stats import GroupedStats
 
 TASK = "_ng_task_index"
 ROLLOUT = "_ng_rollout_index"
@@ -161,7 +159,7 @@ class RewardProfile:
         import numpy as np
         import orjson
 
-        from autoresearch_skills.profile_stats import STATS
+        from autoresearch_skills.reward.stats import STATS
 
         keys = [f"{stat}/{metric}" for stat in STATS for metric in self.metrics]
         sizes = self.group_sizes().tolist()
@@ -512,7 +510,7 @@ def profile_files(
     Files of `split_min_bytes` or more are read by two processes."""
     import numpy as np
 
-    from autoresearch_skills.profile_stats import group_starts, grouped_stats
+    from autoresearch_skills.reward.stats import group_starts, grouped_stats
 
     inputs_path, rollouts_path = Path(inputs_path), Path(rollouts_path)
     for path, flag in ((inputs_path, "--inputs"), (rollouts_path, "--rollouts")):
@@ -675,7 +673,7 @@ def _agent_entries(
     """`_agent_metrics.json`: one entry per agent, statistics over all its measured rollouts."""
     import numpy as np
 
-    from autoresearch_skills.profile_stats import STATS, group_starts, grouped_stats
+    from autoresearch_skills.reward.stats import STATS, group_starts, grouped_stats
 
     # Within an agent, (task, rollout) order: the order NeMo Gym's per-agent frame sums in.
     order = np.lexsort((profile.row_rank, profile.row_agent))
@@ -827,7 +825,7 @@ def run_profile(
     """Profile, then write every requested output; nothing is written if any step fails."""
     import orjson
 
-    from autoresearch_skills.pass_at_k import compute_pass_at_k, parse_success
+    from autoresearch_skills.reward.pass_at_k import compute_pass_at_k, parse_success
 
     profile = profile_files(inputs, rollouts, allow_partial)
     run = ProfileRun(profile, output_paths(Path(rollouts), out_dir))
@@ -839,7 +837,7 @@ def run_profile(
         )
     pngs: dict[str, bytes] = {}
     if plots_dir is not None:
-        from autoresearch_skills.profile_plots import render_plots
+        from autoresearch_skills.reward.plots import render_plots
 
         rewards = _require_metric(profile, "reward", "--plots")
         tokens = next((profile.metric_column(m) for m in OUTPUT_TOKEN_METRICS if m in profile.metrics), None)
@@ -866,86 +864,3 @@ def run_profile(
     finally:
         staged.discard()
     return run
-
-
-@click.group("profile", invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--inputs",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="X_materialized_inputs.jsonl[.gz] written by ng_collect_rollouts",
-)
-@click.option("--rollouts", type=click.Path(dir_okay=False, path_type=Path), help="X.jsonl[.gz]: the results")
-@click.option(
-    "--allow-partial",
-    is_flag=True,
-    help="profile a partial collection: drop tasks without results, report missing counts",
-)
-@click.option(
-    "--out-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="write here instead of beside --rollouts",
-)
-@click.option("--pass-k", metavar="K[,K...]", help="also compute pass@k for these k (e.g. 1,2,4,8)")
-@click.option("--success", default="reward>=1", show_default=True, help="when a rollout counts as a success")
-@click.option(
-    "--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), help="write PNG plots here"
-)
-@click.option("--json", "as_json", is_flag=True, help="print the summary as one JSON object")
-@click.pass_context
-def cli(
-    ctx: click.Context,
-    inputs: Path | None,
-    rollouts: Path | None,
-    allow_partial: bool,
-    out_dir: Path | None,
-    pass_k: str | None,
-    success: str,
-    plots_dir: Path | None,
-    as_json: bool,
-) -> None:
-    """Profile NeMo Gym rollouts per task, as `ng_reward_profile` does, fast.
-
-    Joins X_materialized_inputs.jsonl to X.jsonl on (_ng_task_index,
-    _ng_rollout_index) and writes X_reward_profiling.jsonl (one row per task:
-    mean/max/min/median/std of every numeric field, rollout_infos, sample)
-    and X_agent_metrics.json beside the rollouts. Missing, extra or
-    duplicate results fail (exit 2, nothing written) unless --allow-partial
-    covers them. Rollouts with a truthy mask_sample stay out of the
-    statistics and are counted in coverage/* keys.
-
-    \b
-    Examples:
-      ars profile --inputs run_materialized_inputs.jsonl --rollouts run.jsonl
-      ars profile --inputs in.jsonl.gz --rollouts run.jsonl.gz --allow-partial --out-dir prof/
-      ars profile --inputs in.jsonl --rollouts run.jsonl --pass-k 1,2,4,8 --success "reward>=1"
-      ars profile --inputs in.jsonl --rollouts run.jsonl --plots plots/
-      ars profile compare before_reward_profiling.jsonl after_reward_profiling.jsonl
-    """
-    if ctx.invoked_subcommand is not None:
-        return
-    if inputs is None or rollouts is None:
-        raise click.UsageError(
-            "give --inputs X_materialized_inputs.jsonl and --rollouts X.jsonl, or use `profile compare BEFORE AFTER`"
-        )
-    from autoresearch_skills.pass_at_k import parse_ks, parse_success
-
-    ks = parse_ks(pass_k) if pass_k is not None else None
-    rule = parse_success(success)
-    run = run_profile(inputs, rollouts, allow_partial, out_dir, ks, rule, plots_dir)
-    if as_json:
-        import json
-
-        click.echo(json.dumps(run.to_dict(), indent=2))
-    else:
-        click.echo(run.report())
-
-
-cli.add_command(compare_cmd)
-
-
-def main() -> None:
-    run_cli(cli, prog_name="reward_profile.py")
-
-
-if __name__ == "__main__":
-    main()

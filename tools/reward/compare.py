@@ -7,16 +7,13 @@ task and agent). A task is solved when one of its rollouts meets the success rul
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-
-from autoresearch_skills.errors import BadInput, run_cli
-from autoresearch_skills.jsonl_stream import iter_jsonl
-from autoresearch_skills.pass_at_k import OPERATORS, SuccessRule, parse_success
+from autoresearch_skills.errors import BadInput
+from autoresearch_skills.reward.jsonl_stream import iter_jsonl
+from autoresearch_skills.reward.pass_at_k import OPERATORS, SuccessRule
 
 TASK = "_ng_task_index"
 UNCHANGED_TOLERANCE = 1e-12  # float noise, not a change
@@ -211,40 +208,3 @@ def compare_profiles(
         newly_unsolved=[k for k in common if before[k].solved is True and after[k].solved is False],
         top=top,
     )
-
-
-@click.command("compare")
-@click.argument("before", type=click.Path(dir_okay=False, path_type=Path))
-@click.argument("after", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--metric", default="reward", show_default=True, help="compare mean/<metric> per task")
-@click.option("--success", default="reward>=1", show_default=True, help="when a rollout solves its task")
-@click.option(
-    "--top", default=10, show_default=True, type=click.IntRange(min=1), help="tasks listed per table"
-)
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of the report")
-def compare_cmd(before: Path, after: Path, metric: str, success: str, top: int, as_json: bool) -> None:
-    """Compare two *_reward_profiling.jsonl files task by task.
-
-    Prints per-task changes of mean/<metric>: counts of improved, regressed and
-    unchanged tasks, the most improved and most regressed, the tasks that went
-    from never solved to solved and back, and a `summary:` line.
-
-    \b
-    Examples:
-      ars profile compare base_reward_profiling.jsonl step200_reward_profiling.jsonl
-      ars profile compare a.jsonl b.jsonl --top 20 --success "reward>=0.5"
-      ars profile compare a.jsonl b.jsonl --json | jq .newly_solved
-    """
-    rule = parse_success(success)
-    comparison = compare_profiles(
-        load_profile(before, metric, rule), load_profile(after, metric, rule), metric, rule, top
-    )
-    click.echo(json.dumps(comparison.to_dict(), indent=2) if as_json else comparison.report())
-
-
-def main() -> None:
-    run_cli(compare_cmd, prog_name="profile_compare.py")
-
-
-if __name__ == "__main__":
-    main()
