@@ -184,6 +184,33 @@ interrupt_option = click.option(
 )
 
 
+@cli.command("validate")
+@click.argument("campaign_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="the checks and problems as one JSON object")
+def validate_cmd(campaign_file: Path, as_json: bool) -> None:
+    """Check a campaign file without starting anything: every check `campaign run` makes first.
+
+    Unknown keys (with the closest known one), types and ranges, stop rules, the policy and its
+    proposals, the command's programs and scripts, the launcher, the mutable and frozen files.
+    Exit 0 and `ok: FILE (N checks)`, or exit 2 and one problem per line on stderr.
+
+    \b
+    Examples:
+      ars campaign validate campaign.yaml
+      ars campaign validate campaign.yaml --json
+    """
+    from autoresearch_skills.campaign.config import validation
+
+    result = validation(campaign_file, Path.cwd())
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    elif result.ok:
+        click.echo(f"ok: {campaign_file} ({len(result.checked)} checks)")
+    for problem in [] if as_json else result.problems:
+        click.echo(problem, err=True)
+    raise SystemExit(0 if result.ok else 2)
+
+
 @cli.command("run")
 @click.argument("campaign_file", type=click.Path(dir_okay=False, path_type=Path))
 @interrupt_option
