@@ -9,6 +9,11 @@ after a context reset (NeMo-RL's session record).
                                handoff.md        Resume From Here, Next Actions, Watch Outs
 
 The state file is rewritten whole (atomic replace); the timeline is only appended to.
+
+The Current Subtask is open (its text) or closed (`- [x] text`). It closes when the campaign
+ends (the engine calls `close_subtask`), when a checkpoint ticks the last open plan item, or by
+hand (`ars memory checkpoint --clear-subtask` empties it); `ars memory resume` also reports it
+closed once every plan item is checked, so a resumed agent does not pick finished work back up.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ STATE_SECTIONS = (
     "Blockers",
 )
 HEADER_KEYS = ("Session", "Repo", "Branch", "Started", "Updated")
+CLOSED_MARK = "- [x] "  # a closed Current Subtask, written like a ticked plan item
+PLAN_DONE = "every plan item is done"
 
 
 @dataclass
@@ -49,6 +56,7 @@ class SessionState:
     updated: str = ""
     goal: str = ""
     current_subtask: str = ""
+    subtask_done: bool = False
     loaded_skills: list[str] = field(default_factory=list)
     current_status: str = ""
     plan: list[tuple[bool, str]] = field(default_factory=list)
@@ -60,7 +68,7 @@ class SessionState:
         lines = ["# Session State", ""] + [f"- {k}: {v}" for k, v in header.items()] + [""]
         bodies = {
             "Goal": [self.goal or "(not set)"],
-            "Current Subtask": [self.current_subtask or "(none)"],
+            "Current Subtask": [self._subtask_text()],
             "Loaded Skills": [f"- {s}" for s in self.loaded_skills] or ["- (none)"],
             "Current Status": [self.current_status or "(none yet)"],
             "Plan": [f"- [{'x' if done else ' '}] {item}" for done, item in self.plan]
@@ -71,6 +79,20 @@ class SessionState:
         for name in STATE_SECTIONS:
             lines += [f"## {name}", *bodies[name], ""]
         return "\n".join(lines)
+
+    def _subtask_text(self) -> str:
+        if not self.current_subtask:
+            return "(none)"
+        return f"{CLOSED_MARK}{self.current_subtask}" if self.subtask_done else self.current_subtask
+
+    @property
+    def plan_done(self) -> bool:
+        """A plan exists and every item of it is ticked."""
+        return bool(self.plan) and all(done for done, _ in self.plan)
+
+    @property
+    def subtask_closed(self) -> bool:
+        return self.subtask_done or (bool(self.current_subtask) and self.plan_done)
 
     @classmethod
     def parse(cls, text: str, session: str) -> SessionState:
@@ -90,6 +112,10 @@ class SessionState:
 
         state.goal = _para(sections.get("Goal"), "(not set)")
         state.current_subtask = _para(sections.get("Current Subtask"), "(none)")
+        mark = re.match(r"- \[([ xX])\] ", state.current_subtask)
+        if mark:
+            state.subtask_done = mark[1] != " "
+            state.current_subtask = state.current_subtask[mark.end() :].strip()
         state.current_status = _para(sections.get("Current Status"), "(none yet)")
         state.loaded_skills = items("Loaded Skills")
         state.assumptions = items("Assumptions")
@@ -134,6 +160,16 @@ class Session:
     def save(self, state: SessionState) -> None:
         state.updated = now_iso()
         write_text_atomic(self.folder / "session_state.md", state.render())
+
+    def close_subtask(self, reason: str) -> bool:
+        """Mark the open Current Subtask done and say why in the timeline; False when none is open."""
+        state = self.state()
+        if not state.current_subtask or state.subtask_done:
+            return False
+        state.subtask_done = True
+        self.save(state)
+        self.log(f"subtask done: {state.current_subtask} ({reason})")
+        return True
 
     def log(self, text: str) -> None:
         """Append one timeline entry (append-only; one write per entry)."""
@@ -245,6 +281,23 @@ def note_event(text: str, repo: str | Path | None = None) -> None:
         pass
 
 
+def close_subtask(repo: str | Path | None, text: str) -> None:
+    """The campaign ended (`text`: why, e.g. the stop verdict line): close the newest record's
+    Current Subtask and put `text` into its timeline, so that a resumed agent does not carry on
+    with finished work. No record: nothing happens. Called again with the same text, it writes
+    nothing new. Like `note_event`, it never fails the campaign that calls it."""
+    try:
+        session = newest(sessions_root(repo=repo))
+        if session is None or session.close_subtask(text):
+            return
+        said = " ".join(text.split())
+        last = (session.timeline() or [""])[-1]
+        if not (last.endswith(f" {said}") or last.endswith(f"({said})")):
+            session.log(text)
+    except OSError:
+        pass
+
+
 # ---------------------------------------------------------------- command line
 
 root_option = click.option(
@@ -308,7 +361,8 @@ def _repo_and_branch() -> tuple[str, str]:
 
 @cli.command("checkpoint")
 @click.option("--status", "status_text", help="current status, one or two sentences")
-@click.option("--subtask", help="the current subtask")
+@click.option("--subtask", help="the current subtask (replaces the one before)")
+@click.option("--clear-subtask", is_flag=True, help="the current subtask is finished: clear it")
 @click.option("--plan-item", "plan_items", multiple=True, help="add an open plan item (repeatable)")
 @click.option("--done", "done_items", multiple=True, help="tick a plan item by its text (repeatable)")
 @click.option("--decision", "decisions", multiple=True, help="a decision and its reason, into the timeline")
@@ -322,6 +376,7 @@ def _repo_and_branch() -> tuple[str, str]:
 def checkpoint_cmd(
     status_text,
     subtask,
+    clear_subtask,
     plan_items,
     done_items,
     decisions,
@@ -336,12 +391,14 @@ def checkpoint_cmd(
     """Record progress now: status, plan, decisions, files.
 
     Checkpoint when a plan forms, before and after edits and long launches, when the
-    direction changes, every 30 minutes, and before a handoff.
+    direction changes, every 30 minutes, and before a handoff. Ticking the last open
+    plan item with --done also closes the current subtask.
 
     \b
     Examples:
       ars memory checkpoint --status "baseline val_bpb 2.41 recorded" --done "run baseline"
       ars memory checkpoint --plan-item "raise LR to 3e-3" --decision "keep warmup: flat result, simpler"
+      ars memory checkpoint --clear-subtask --subtask "edit train.py: warmup 200 -> 50"
     """
     repo, branch = _repo_and_branch()
     session = require(sessions_root(root, repo=repo or None))
@@ -350,8 +407,13 @@ def checkpoint_cmd(
     if status_text:
         state.current_status = status_text
         session.log(f"status: {status_text}")
+    if clear_subtask and state.current_subtask:
+        if not state.subtask_done:
+            session.log(f"subtask cleared: {state.current_subtask}")
+        state.current_subtask, state.subtask_done = "", False
     if subtask:
-        state.current_subtask = subtask
+        state.current_subtask, state.subtask_done = subtask, False
+        session.log(f"subtask: {subtask}")
     known = {item for _, item in state.plan}
     state.plan += [(False, item) for item in plan_items if item not in known]
     for item in done_items:
@@ -365,6 +427,12 @@ def checkpoint_cmd(
     if clear_blockers:
         state.blockers = []
     state.blockers += [b for b in blockers if b not in state.blockers]
+    # the plan just became complete: the subtask that served it is finished too (a subtask
+    # named in this same call is new work and stays open)
+    closing = bool(done_items) and not subtask and state.plan_done and state.current_subtask
+    if closing and not state.subtask_done:
+        state.subtask_done = True
+        session.log(f"subtask done: {state.current_subtask} ({PLAN_DONE})")
     session.save(state)
     for kind, paths in (("Inspected", inspected), ("Changed", changed), ("Generated", generated)):
         if paths:
@@ -442,6 +510,9 @@ def resume_cmd(root, campaign: str | None, as_json: bool) -> None:
             session=str(session.folder),
             objective=state.goal,
             status=state.current_status,
+            subtask=state.current_subtask,
+            subtask_closed=state.subtask_closed,
+            subtask_note=PLAN_DONE if state.subtask_closed and not state.subtask_done else "",
             open_plan=[item for done, item in state.plan if not done],
             blockers=state.blockers,
             **session.read_handoff(),
@@ -484,6 +555,11 @@ def render_resume(facts: dict) -> str:
     lines.append(f"branch: {facts['branch']}")
     if facts.get("status"):
         lines.append(f"last status: {facts['status']}")
+    if "session" in facts:
+        subtask = facts["subtask"] or "none"
+        if facts["subtask"] and facts["subtask_closed"]:
+            subtask += f" (closed: {facts['subtask_note']})" if facts["subtask_note"] else " (closed)"
+        lines.append(f"subtask: {subtask}")
     if facts.get("resume_from"):
         lines.append(f"resume from: {facts['resume_from']}")
     for label, key in (
@@ -492,7 +568,10 @@ def render_resume(facts: dict) -> str:
         ("watch out", "watch_outs"),
         ("blocker", "blockers"),
     ):
-        for item in facts.get(key) or []:
+        # with a record, open plan and blockers always show, `none` included: silence would
+        # read as "not recorded" to an agent restating them
+        always = "session" in facts and key in ("open_plan", "blockers")
+        for item in facts.get(key) or (["none"] if always else []):
             lines.append(f"{label}: {item}")
     return "\n".join(lines)
 
