@@ -26,6 +26,7 @@ from autoresearch_skills.clock import format_duration, format_iso, now, parse_is
 from autoresearch_skills.errors import BadInput
 
 CAMPAIGNS_DIR = Path("reports") / "auto_research"
+PAUSE_FILE = "paused"  # JSON {reason, at}: written by `ars campaign pause`, removed by `ars campaign resume`
 LAUNCHERS = ("local", "tmux", "slurm")
 PRESETS = ("karpathy", "nemo-rl", "verl", "agentjet", "generic")
 
@@ -111,6 +112,36 @@ class Campaign:
                 yield
             finally:
                 self._lock_depth = 0
+
+    def pause_record(self) -> dict | None:
+        """The pause file ({reason, at}), or None while the campaign is not paused. A pause file
+        that cannot be read still pauses: the user's intent wins over its formatting."""
+        try:
+            data = json.loads((self.folder / PAUSE_FILE).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {"reason": "paused (the pause file is unreadable)", "at": None}
+        data = data if isinstance(data, dict) else {}
+        return {"reason": str(data.get("reason") or "paused"), "at": data.get("at")}
+
+    @property
+    def paused(self) -> str | None:
+        """Why the user paused the campaign (`ars campaign pause`), or None when it is not paused.
+        While paused, agents' stop hooks let them stop and nothing new should start."""
+        record = self.pause_record()
+        return record["reason"] if record else None
+
+    def pause(self, reason: str = "") -> dict:
+        record = {"reason": reason.strip() or "paused by hand", "at": format_iso(now())}
+        write_text_atomic(self.folder / PAUSE_FILE, json.dumps(record, indent=2) + "\n")
+        return record
+
+    def unpause(self) -> str | None:
+        """Clear the pause; returns the reason it had (None when it was not paused)."""
+        reason = self.paused
+        (self.folder / PAUSE_FILE).unlink(missing_ok=True)
+        return reason
 
     def rows(self) -> list:
         from autoresearch_skills import ledger
@@ -269,6 +300,7 @@ def status_facts(campaign: Campaign) -> dict:
         "deadline": s.stop.get("deadline"),
         "verdict": verdict.line,
         "should_continue": verdict.should_continue,
+        "paused": campaign.paused,
         "attempted": verdict.attempted,
         "remaining_experiments": verdict.remaining_experiments,
         "remaining_time": format_duration(verdict.remaining_seconds)
