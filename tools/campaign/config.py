@@ -193,9 +193,9 @@ SCHEMA: dict[str, Key] = {k.name: k for k in [
     Key("require_baseline", boolean(), True, "experiments wait for a recorded baseline"),
     Key("tmux_socket", text(), None, "private tmux server (-L name, or -S path) for the tmux launcher"),
     Key("keep_sessions", integer(0), 5, "tmux sessions of the latest finished runs left open (logs always stay)"),
-    Key("parallel", integer(1), 1, "experiments in flight at once"),
+    Key("parallel", integer(1), None, "experiments in flight at once (default 1, or as many as fit in `gpus`)"),
     Key("gpus", gpus(), None, 'the GPU pool runs are pinned to, "0-7", "0,1,2" or a list'),
-    Key("gpus_per_run", integer(1), 1, "GPUs each run gets from the pool"),
+    Key("gpus_per_run", integer(1), None, "GPUs each run gets from the pool (default 1)"),
     Key("baseline_repeats", integer(1), 1, "baseline runs, to measure the noise between identical runs"),
     Key("noise_margin", number(above=0), 2.0, "a result is a clear keep when it beats the best by this many sigma"),
     Key("comparable_margin", number(at_least=0), 0.2, "how far (as a fraction) budgets or throughput may differ for rows to be ranked together"),
@@ -275,7 +275,7 @@ def type_problems(data: dict, where: str) -> list[str]:
         if isinstance(data.get(section), dict):
             problems += _wrong(data[section], schema, where, f"{section}.")
     gpu_list = parse_gpus(data.get("gpus")) if data.get("gpus") is not None else None
-    parallel, per_run = data.get("parallel", 1), data.get("gpus_per_run", 1)
+    parallel, per_run = data.get("parallel") or 1, data.get("gpus_per_run") or 1
     if gpu_list and _is_int(parallel) and _is_int(per_run) and parallel * per_run > len(gpu_list):
         problems.append(
             f"{where}: `parallel: {parallel}` runs of `gpus_per_run: {per_run}` need {parallel * per_run} GPUs, "
