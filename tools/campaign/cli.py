@@ -1,4 +1,4 @@
-"""`ars campaign`: init, status, and the unattended loop (run, resume). Wiring only: the
+"""`ars campaign`: init, status, pause, and the unattended loop (run, resume). Wiring only: the
 campaign folder lives in `store`, the loop in `loop` (imported inside the commands that need it)."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ def cli() -> None:
       ars campaign init lr-sweep --metric val_bpb --direction min \\
           --stop "24 experiments or 6h total, 10m each" --command "python train.py"
       ars campaign status
+      ars campaign pause --reason "new data arrives tomorrow"
     """
 
 
@@ -167,6 +168,8 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
                     "remaining_experiments", "remaining_time", "best", "latest", "current_branch", "running"):  # fmt: skip
             value = facts[key]
             click.echo(f"{key}: {value if value is not None else '-'}")
+        if facts.get("paused"):
+            click.echo(f"paused: {facts['paused']}")
         if facts["pending_decision"]:
             click.echo(
                 f"pending_decision: {facts['pending_decision']} (decide with `ars exp mark keep|discard|crash`)"
@@ -231,21 +234,52 @@ def run_cmd(campaign_file: Path, on_interrupt: str, as_json: bool) -> None:
     raise SystemExit(loop.run_campaign(loop.open_campaign(campaign_file), on_interrupt, as_json))
 
 
+@cli.command("pause")
+@click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+@click.option("--reason", default="", help="why, in a few words (shown by status and to agents)")
+def pause_cmd(ref: str | None, reason: str) -> None:
+    """Pause a campaign: agents' stop hooks let them stop; `ars campaign resume` continues.
+
+    Writes a `paused` file (reason, time) into the campaign folder. Nothing running is
+    cancelled and no row is written: a run in flight finishes and is recorded as usual.
+
+    \b
+    Examples:
+      ars campaign pause --reason "GPU node goes down for maintenance at 18:00"
+      ars campaign pause --campaign lr-sweep
+    """
+    campaign = find(ref)
+    record = campaign.pause(reason)
+    click.echo(f"paused: {campaign.settings.name} ({record['reason']})")
+    click.echo("resume with: ars campaign resume" + (f" {ref}" if ref else ""))
+
+
 @cli.command("resume")
 @click.argument("ref", required=False)
 @interrupt_option
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per event")
 def resume_cmd(ref: str | None, on_interrupt: str, as_json: bool) -> None:
-    """Continue an interrupted or crashed campaign loop (adopts a run still going).
+    """Clear a pause and continue. A campaign with a policy continues its unattended loop
+    (adopting a run still going); one an agent drives prints `resumed:` and the verdict line.
 
     \b
     Examples:
       ars campaign resume
       ars campaign resume tiny-lm-demo
     """
-    from autoresearch_skills.campaign import loop
+    campaign = find(ref)
+    was_paused = campaign.unpause()
+    if campaign.settings.policy:
+        from autoresearch_skills.campaign import loop
 
-    raise SystemExit(loop.resume(ref, on_interrupt, as_json))
+        raise SystemExit(loop.resume(str(campaign.folder), on_interrupt, as_json))
+    verdict = campaign.verdict()
+    if as_json:
+        click.echo(json.dumps({"event": "resumed", "campaign": campaign.settings.name, "was_paused": was_paused,
+                               "verdict": verdict.line, "should_continue": verdict.should_continue}))  # fmt: skip
+        return
+    click.echo(f"resumed: {campaign.settings.name}")
+    click.echo(verdict.line)
 
 
 def main() -> None:
