@@ -97,3 +97,98 @@ def test_slugify_makes_branch_safe_names():
     assert gitflow.slugify("Raise LR to 3e-3 (warmup!)") == "raise-lr-to-3e-3-warmup"
     assert gitflow.slugify("$(rm -rf /); echo") == "rm-rf-echo"
     assert gitflow.slugify("!!!") == "experiment"
+
+
+def _generated_files(repo: Path) -> None:
+    """What a training run leaves behind in a repo that ignores nothing."""
+    (repo / "wandb" / "run-1" / "files").mkdir(parents=True)
+    (repo / "wandb" / "run-1" / "files" / "config.yaml").write_text("lr: 0.02\n")
+    (repo / "wandb" / "debug.log").write_text("log\n")
+    (repo / "exp" / "lightning_logs").mkdir(parents=True)
+    (repo / "exp" / "lightning_logs" / "events.out").write_text("x")
+    (repo / "__pycache__").mkdir()
+    (repo / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"\0" * 10)
+    with open(repo / "model.pt", "wb") as handle:
+        handle.truncate(240_000_000)  # sparse: 240 MB on paper, nothing on disk
+    with open(repo / "samples.csv", "wb") as handle:
+        handle.truncate(6_000_000)
+
+
+def test_hypothesis_commit_leaves_out_checkpoints_logging_folders_and_large_files(repo: Path):
+    snapshot = gitflow.untracked_snapshot(repo)
+    (repo / "train.py").write_text("LR = 0.02\n")
+    (repo / "model_utils.py").write_text("WIDTH = 64\n")
+    _generated_files(repo)
+    result = gitflow.commit_changes(repo, snapshot, "raise LR")
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").splitlines() == [
+        "model_utils.py",
+        "train.py",
+    ]
+    assert result.sha == gitflow.head_commit(repo)
+    assert result.paths == ["model_utils.py", "train.py"]
+    assert result.left_out_line() == (
+        "left out: __pycache__/ (Python cache), exp/lightning_logs/ (logging directory), "
+        "wandb/ (logging directory), model.pt (checkpoint, 240 MB), samples.csv (6 MB, over the 5 MB limit)"
+    )
+    assert (repo / "model.pt").exists()  # left out of git, never deleted
+
+
+def test_changed_paths_counts_only_what_a_commit_would_take(repo: Path):
+    snapshot = gitflow.untracked_snapshot(repo)
+    _generated_files(repo)
+    assert gitflow.changed_paths(repo, snapshot) == []  # a run that only wrote logs changed no code
+    changes = gitflow.pending_changes(repo, snapshot)
+    assert [item.path for item in changes.left_out] == [
+        "__pycache__/", "exp/lightning_logs/", "wandb/", "model.pt", "samples.csv"
+    ]  # fmt: skip
+    with pytest.raises(BadInput, match=r"only generated files changed \(left out: __pycache__/"):
+        gitflow.commit_changes(repo, snapshot, "nothing real")
+
+
+def test_the_size_limit_is_settable(repo: Path):
+    snapshot = gitflow.untracked_snapshot(repo)
+    with open(repo / "table.csv", "wb") as handle:
+        handle.truncate(6_000_000)
+    (repo / "notes.txt").write_text("x" * 3000)
+    assert gitflow.changed_paths(repo, snapshot, max_bytes=10_000_000) == ["notes.txt", "table.csv"]
+    small = gitflow.pending_changes(repo, snapshot, max_bytes=2_000)
+    assert small.paths == []
+    assert (
+        small.left_out_line()
+        == "left out: notes.txt (3 KB, over the 2 KB limit), table.csv (6 MB, over the 2 KB limit)"
+    )
+    assert gitflow.changed_paths(repo, snapshot, max_bytes=None) == ["notes.txt", "table.csv"]
+
+
+def test_a_folder_the_repository_tracks_is_the_users_whatever_its_name(tmp_path: Path):
+    repo = make_repo(tmp_path / "r", {"train.py": "LR = 1\n"})
+    (repo / "runs").mkdir()
+    (repo / "runs" / "base.yaml").write_text("lr: 1\n")
+    git(repo, "add", "runs")
+    git(repo, "commit", "-qm", "run configs")
+    snapshot = gitflow.untracked_snapshot(repo)
+    (repo / "runs" / "wide.yaml").write_text("width: 2\n")
+    assert gitflow.changed_paths(repo, snapshot) == ["runs/wide.yaml"]
+
+
+def test_files_git_tracks_or_the_user_added_are_always_committed(repo: Path):
+    (repo / "weights.pt").write_bytes(b"v1")
+    git(repo, "add", "weights.pt")
+    git(repo, "commit", "-qm", "tiny weights the code ships with")
+    snapshot = gitflow.untracked_snapshot(repo)
+    (repo / "weights.pt").write_bytes(b"v2")  # tracked: leaving it out would leave the tree dirty
+    (repo / "init.ckpt").write_bytes(b"seed")
+    git(repo, "add", "init.ckpt")  # asked for by hand
+    (repo / "other.ckpt").write_bytes(b"run output")
+    result = gitflow.commit_changes(repo, snapshot, "new init")
+    assert result.paths == ["init.ckpt", "weights.pt"]
+    assert result.left_out_line() == "left out: other.ckpt (checkpoint, 10 bytes)"
+    assert gitflow.tree_state(repo).dirty_tracked is False
+
+
+def test_commit_paths_given_a_checkpoint_leaves_it_out(repo: Path):
+    (repo / "train.py").write_text("LR = 0.02\n")
+    (repo / "best.safetensors").write_bytes(b"w")
+    sha = gitflow.commit_paths(repo, ["best.safetensors", "train.py"], "raise LR")
+    assert git(repo, "show", "--name-only", "--format=", sha) == "train.py"
+    assert gitflow.tree_state(repo).untracked == ["best.safetensors"]

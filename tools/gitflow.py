@@ -162,9 +162,138 @@ def untracked_snapshot(cwd: str | Path) -> dict[str, list[int]]:
     return snapshot
 
 
-def changed_paths(cwd: str | Path, snapshot: dict[str, list[int]]) -> list[str]:
-    """Paths the experiment changed: tracked changes, plus untracked files that are new or
-    changed since `snapshot` (files the user left untracked before the start stay out)."""
+# What a run writes must not ride into a hypothesis commit. These rules apply to files git does
+# not track yet: a file the repository already tracks, or one `git add`ed by hand, is always
+# committed (leaving a tracked change out would leave the tree dirty for the next branch).
+MAX_COMMIT_BYTES = 5_000_000  # new files larger than this stay out (campaign.yaml `max_commit_mb`)
+GENERATED_SUFFIXES = {
+    ".pt": "checkpoint",
+    ".pth": "checkpoint",
+    ".ckpt": "checkpoint",
+    ".safetensors": "checkpoint",
+    ".h5": "checkpoint",
+    ".gguf": "checkpoint",
+    ".onnx": "exported model",
+    ".bin": "binary weights or data",  # pytorch_model.bin, nanoGPT's train.bin
+}  # .npy/.npz are often small fixtures of the code: only the size limit applies to them
+GENERATED_DIRS = {
+    "wandb": "logging directory",
+    "mlruns": "logging directory",
+    "runs": "logging directory",  # TensorBoard's default
+    "lightning_logs": "logging directory",
+    "tensorboard": "logging directory",
+    "outputs": "logging directory",  # Hydra's default
+    "multirun": "logging directory",
+    "checkpoints": "checkpoint directory",
+    "__pycache__": "Python cache",
+    ".ipynb_checkpoints": "notebook cache",
+}  # a folder of these names counts only while git tracks nothing inside it (else it is the user's)
+
+
+@dataclass
+class LeftOut:
+    """A file (or a whole folder, its path ending in `/`) kept out of a commit, and why."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.reason})"
+
+
+def left_out_line(left_out: list[LeftOut]) -> str:
+    """`left out: wandb/ (logging directory), model.pt (checkpoint, 240 MB)`; "" when none."""
+    return "left out: " + ", ".join(str(item) for item in left_out) if left_out else ""
+
+
+@dataclass
+class Changes:
+    """What an experiment changed: the paths a commit takes, and the generated files it leaves out."""
+
+    paths: list[str] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
+
+    def left_out_line(self) -> str:
+        return left_out_line(self.left_out)
+
+
+@dataclass
+class Commit:
+    sha: str
+    paths: list[str]
+    left_out: list[LeftOut]
+
+    def left_out_line(self) -> str:
+        return left_out_line(self.left_out)
+
+
+def _size(nbytes: int) -> str:
+    if nbytes >= 1_000_000_000:
+        return f"{nbytes / 1e9:.1f} GB"
+    if nbytes >= 1_000_000:
+        return f"{nbytes / 1e6:.0f} MB"
+    if nbytes >= 1_000:
+        return f"{nbytes / 1e3:.0f} KB"
+    return f"{nbytes} bytes"
+
+
+def sort_out(
+    cwd: str | Path,
+    paths: list[str],
+    max_bytes: int | None = MAX_COMMIT_BYTES,
+    untracked: set[str] | None = None,
+) -> Changes:
+    """Split `paths` into those a commit may take and the generated files it must leave out:
+    new files inside a logging or cache folder, checkpoints, and new files over `max_bytes`
+    (None: no size limit). `untracked`: the untracked paths, when the caller already has them."""
+    untracked = set(tree_state(cwd).untracked) if untracked is None else untracked
+    changes = Changes()
+    folders: dict[str, str] = {}
+    tracked_folders: dict[str, bool] = {}
+    for path in paths:
+        if path not in untracked:
+            changes.paths.append(path)
+            continue
+        folder = _generated_folder(cwd, path, tracked_folders)
+        if folder is not None:
+            folders.setdefault(folder, GENERATED_DIRS[Path(folder).name])
+            continue
+        try:
+            nbytes = os.lstat(Path(cwd) / path).st_size
+        except FileNotFoundError:
+            changes.paths.append(path)
+            continue
+        kind = GENERATED_SUFFIXES.get(Path(path).suffix.lower())
+        if kind is not None:
+            changes.left_out.append(LeftOut(path, f"{kind}, {_size(nbytes)}"))
+        elif max_bytes is not None and nbytes > max_bytes:
+            changes.left_out.append(LeftOut(path, f"{_size(nbytes)}, over the {_size(max_bytes)} limit"))
+        else:
+            changes.paths.append(path)
+    changes.left_out[:0] = [LeftOut(folder + "/", reason) for folder, reason in sorted(folders.items())]
+    return changes
+
+
+def _generated_folder(cwd: str | Path, path: str, tracked: dict[str, bool]) -> str | None:
+    """The logging or cache folder `path` lies in (`exp/wandb`), if any; a folder with files
+    git tracks is the user's own, whatever its name."""
+    parts = Path(path).parts[:-1]
+    for depth, part in enumerate(parts):
+        if part in GENERATED_DIRS:
+            folder = "/".join(parts[: depth + 1])
+            if folder not in tracked:
+                tracked[folder] = bool(git(cwd, "ls-tree", "HEAD", "--", f"{folder}/", check=False))
+            if not tracked[folder]:
+                return folder
+    return None
+
+
+def pending_changes(
+    cwd: str | Path, snapshot: dict[str, list[int]], max_bytes: int | None = MAX_COMMIT_BYTES
+) -> Changes:
+    """What the experiment changed since `snapshot`: tracked changes, plus untracked files that
+    are new or changed since (files the user left untracked before the start stay out), split
+    into what a commit takes and the generated files it leaves out."""
     state = tree_state(cwd)
     paths = set(state.staged) | set(state.modified)
     for path in state.untracked:
@@ -175,16 +304,43 @@ def changed_paths(cwd: str | Path, snapshot: dict[str, list[int]]) -> list[str]:
         st = os.stat(Path(cwd) / path)
         if [st.st_size, st.st_mtime_ns] != before:
             paths.add(path)
-    return sorted(paths)
+    return sort_out(cwd, sorted(paths), max_bytes, untracked=set(state.untracked))
 
 
-def commit_paths(cwd: str | Path, paths: list[str], message: str) -> str:
-    """Stage exactly `paths` and commit only them (nothing else the index holds)."""
-    if not paths:
+def changed_paths(
+    cwd: str | Path, snapshot: dict[str, list[int]], max_bytes: int | None = MAX_COMMIT_BYTES
+) -> list[str]:
+    """The paths a commit of the experiment takes (generated files left out; see pending_changes)."""
+    return pending_changes(cwd, snapshot, max_bytes).paths
+
+
+def commit_paths(
+    cwd: str | Path, paths: list[str], message: str, max_bytes: int | None = MAX_COMMIT_BYTES
+) -> str:
+    """Stage exactly `paths`, less generated files, and commit only them (nothing else the index
+    holds). Returns the commit; `commit_changes` also says what was left out."""
+    return _commit(cwd, sort_out(cwd, paths, max_bytes), message).sha
+
+
+def commit_changes(
+    cwd: str | Path, snapshot: dict[str, list[int]], message: str, max_bytes: int | None = MAX_COMMIT_BYTES
+) -> Commit:
+    """Commit what the experiment changed since `snapshot`; the result names what was left out,
+    for the caller to print (`left out: wandb/ (logging directory), model.pt (checkpoint, 240 MB)`)."""
+    return _commit(cwd, pending_changes(cwd, snapshot, max_bytes), message)
+
+
+def _commit(cwd: str | Path, changes: Changes, message: str) -> Commit:
+    if not changes.paths and changes.left_out:
+        raise GitError(
+            f"nothing to commit: only generated files changed ({changes.left_out_line()}); "
+            "`git add` one yourself to commit it anyway"
+        )
+    if not changes.paths:
         raise GitError("nothing to commit: no file changed since the experiment started")
-    git(cwd, "add", "--all", "--", *paths)
-    git(cwd, "commit", "--quiet", "--only", "-m", message, "--", *paths, env=identity_env(cwd))
-    return head_commit(cwd)
+    git(cwd, "add", "--all", "--", *changes.paths)
+    git(cwd, "commit", "--quiet", "--only", "-m", message, "--", *changes.paths, env=identity_env(cwd))
+    return Commit(head_commit(cwd), changes.paths, changes.left_out)
 
 
 def empty_commit(cwd: str | Path, parent: str, message: str) -> str:
