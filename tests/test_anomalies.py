@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 
 import pytest
@@ -303,3 +304,46 @@ def test_idle_time_starts_from_the_logs_last_write(tmp_path):
         handle.write("step 2\n")
     scanner.poll()
     assert scanner.idle_seconds < 60
+
+
+def test_our_own_timeout_notice_is_not_an_anomaly(tmp_path):
+    """A real run under the local launcher's timeout: its `[ars] timeout ... SIGKILL` notice and
+    what the run prints while it is stopped are ours, not an OOM kill or a crash."""
+    from autoresearch_skills.launch import get_launcher
+    from autoresearch_skills.launch.base import RunSpec
+
+    script = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    print('Killed'); raise RuntimeError('stopped from outside')\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('step 1 loss 2.5', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    local = get_launcher("local")
+    log = tmp_path / "run.log"
+    run = local.start(RunSpec(command=[sys.executable, "-c", script], log_path=log, timeout=1.5, grace=2))
+    state = local.wait(run, 30)
+    assert state.name == "timeout"
+    text = log.read_text()
+    assert "[ars] timeout after" in text and "SIGKILL" in text and "RuntimeError" in text
+    scanner = LogScanner(log)
+    assert scanner.poll(final=True) == []
+    assert scanner.found == {}
+
+
+def test_our_own_cancel_and_supervisor_notices_are_skipped_but_the_runs_lines_are_not():
+    log = (
+        "step 1 loss 2.5\n"
+        "CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "\n[ars] supervisor error: OSError(28, 'No space left on device')\n"
+        "Traceback (most recent call last):\n"
+        '  File "supervise.py", line 9, in main\n'
+        "OSError: [Errno 28] No space left on device\n"
+        "\n"
+        "Segmentation fault (core dumped)\n"
+        "\n[ars] cancelled: SIGTERM (`ars cancel` or a kill): stopping the process tree "
+        "(SIGTERM, then SIGKILL after 10s)\n"
+        "Killed\n"
+    )
+    assert set(scan_text(log)) == {"cuda_oom", "native_crash"}

@@ -154,6 +154,13 @@ LINE_KINDS: tuple[Kind, ...] = tuple(kind for kind in KINDS if kind.pattern is n
 _TRIGGER = re.compile("|".join(re.escape(word.lower()) for kind in LINE_KINDS for word in kind.keywords))
 
 TRACEBACK_START = "Traceback (most recent call last):"
+# The launchers write notices of their own into a run's log (`\n[ars] timeout after 10m: stopping
+# the process tree (SIGTERM, then SIGKILL after 10s)\n`, `[ars] cancelled: ...`). They are never
+# anomalies of the run, nor is what the run prints while we stop it. One notice spans several lines:
+# the supervisor's own error, followed by its traceback up to a blank line.
+ARS_NOTE = "[ars] "
+ARS_STOPPING = "stopping the process tree"
+ARS_MULTILINE = ("[ars] supervisor error:",)
 _MAX_TRACEBACK_LINES = 500  # interleaved output can hide the exception line; give up after this many
 _MAX_PARTIAL = 64 * 1024  # a line without newline (progress bars) is capped, keeping its end
 _READ_CHUNK = 4 * 1024 * 1024
@@ -226,6 +233,8 @@ class LogScanner:
         self._partial = b""
         self._inode: int | None = None
         self._traceback: _Traceback | None = None
+        self.stopped_by_ars = False  # the launcher's stop notice was seen: later lines are its doing
+        self._in_note = False
 
     def poll(self, final: bool = False) -> list[Anomaly]:
         """Read what was appended to the file since the last call; return kinds seen for the first time.
@@ -274,7 +283,7 @@ class LogScanner:
         if redraws:
             self._scan_segments(redraws.decode("utf-8", "replace"), new, self.line_no + 1)
             self.line_no += final
-        if final and self._traceback is not None:
+        if final and self._traceback is not None and not self.stopped_by_ars:
             self._finish_traceback(f"{TRACEBACK_START} (output ends before the exception line)", new)
         return new
 
@@ -296,13 +305,28 @@ class LogScanner:
         self.line_no = 0
         self._partial = b""
         self._traceback = None
+        self.stopped_by_ars = self._in_note = False
 
     def _scan_segments(self, line: str, new: list[Anomaly], line_no: int) -> None:
+        if not line.strip():
+            self._in_note = False  # a blank line ends a multi-line notice
         for segment in line.split("\r") if "\r" in line else (line,):
             if segment:
                 self._scan_line(clean(segment), new, line_no)
 
+    def _own(self, line: str) -> bool:
+        """True for the launcher's notices and what follows its stop notice."""
+        if line.startswith(ARS_NOTE):
+            self._in_note = line.startswith(ARS_MULTILINE)
+            if ARS_STOPPING in line:
+                self.stopped_by_ars = True
+                self._traceback = None  # a traceback cut short by our stop is not the run's crash
+            return True
+        return self._in_note or self.stopped_by_ars
+
     def _scan_line(self, line: str, new: list[Anomaly], line_no: int) -> None:
+        if self._own(line):
+            return
         if self.first_step is not None and self.first_step_at is None and self.first_step.search(line):
             self.first_step_at = time.time()
             self.first_step_line = line_no
