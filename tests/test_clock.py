@@ -1,12 +1,34 @@
-"""Durations and timestamps as people type them and as the ledger stores them."""
+"""Durations, clock times and timestamps as people type them and as the ledger stores them."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from autoresearch_skills.clock import format_duration, format_iso, now_iso, parse_duration, parse_iso
+from autoresearch_skills.clock import (
+    format_duration,
+    format_iso,
+    next_clock,
+    now_iso,
+    parse_clock,
+    parse_duration,
+    parse_iso,
+)
+
+CET = "CET-1CEST,M3.5.0,M10.5.0/3"  # central Europe as a POSIX TZ rule: no tz database needed
+
+
+@pytest.fixture
+def local_zone(monkeypatch):
+    def use(zone: str) -> None:
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+
+    yield use
+    monkeypatch.undo()
+    time.tzset()
 
 
 @pytest.mark.parametrize(
@@ -107,3 +129,51 @@ def test_unreadable_timestamps_are_refused(text):
 def test_formatted_timestamps_parse_back_to_the_same_moment():
     moment = datetime(2026, 3, 1, 22, 0, 5, tzinfo=timezone(timedelta(hours=-5)))
     assert parse_iso(format_iso(moment)) == moment
+
+
+@pytest.mark.parametrize(
+    ("text", "clock"),
+    [
+        ("8am", "08:00"),
+        ("8 am", "08:00"),
+        ("8 a.m.", "08:00"),
+        ("8 AM", "08:00"),
+        ("7:30pm", "19:30"),
+        ("7 pm", "19:00"),
+        ("12am", "00:00"),
+        ("12pm", "12:00"),
+        ("08:00", "08:00"),
+        ("8:05", "08:05"),
+        ("23:30", "23:30"),
+        ("noon", "12:00"),
+        ("midnight", "00:00"),
+    ],
+)
+def test_clock_times_parse_as_people_write_them(text, clock):
+    assert parse_clock(text) == clock
+
+
+@pytest.mark.parametrize("text", ["8", "20", "13pm", "0am", "24:00", "8:60", "soon", "", "8h"])
+def test_ambiguous_or_impossible_clock_times_are_refused(text):
+    with pytest.raises(ValueError, match="not a time of day"):
+        parse_clock(text)
+
+
+def test_next_clock_is_the_next_such_local_time(local_zone):
+    local_zone(CET)
+    afternoon = datetime.fromisoformat("2026-11-22T14:00:00+01:00")
+    assert format_iso(next_clock("08:00", afternoon)) == "2026-11-23T08:00:00+01:00"
+    assert format_iso(next_clock("23:30", afternoon)) == "2026-11-22T23:30:00+01:00"
+    assert format_iso(next_clock("14:00", afternoon)) == "2026-11-23T14:00:00+01:00", "strictly after"
+    in_utc = datetime.fromisoformat("2026-11-22T06:30:00+00:00")  # 07:30 local
+    assert format_iso(next_clock("08:00", in_utc)) == "2026-11-22T08:00:00+01:00"
+
+
+def test_next_clock_across_daylight_saving_keeps_the_wall_clock_time(local_zone):
+    local_zone(CET)
+    assert format_iso(next_clock("08:00", datetime.fromisoformat("2026-03-28T12:00:00+01:00"))) == (
+        "2026-03-29T08:00:00+02:00"
+    )
+    assert format_iso(next_clock("08:00", datetime.fromisoformat("2026-10-24T12:00:00+02:00"))) == (
+        "2026-10-25T08:00:00+01:00"
+    )

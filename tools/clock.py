@@ -1,10 +1,11 @@
-"""Durations and timestamps: parse "1h30m" / "90 minutes", print "6h12m", ISO 8601 with offset."""
+"""Durations, clock times and timestamps: parse "1h30m" / "90 minutes", print "6h12m"; read
+"8am" / "23:30" and find the next such local time; ISO 8601 with offset."""
 
 from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
+from datetime import datetime, time, timedelta, timezone
 
 UNIT_SECONDS = {
     "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
@@ -48,6 +49,46 @@ def format_duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s" if secs and minutes < 10 else f"{minutes}m"
     return f"{secs}s"
+
+
+# A time of day as people write it: "8am", "8 a.m.", "7:30pm", "08:00", "23:30", "noon", "midnight".
+# A bare number ("until 8") is not one: 8 in the morning or the evening is the user's to say.
+CLOCK_TIME = r"(?:\d{1,2}(?::\d\d)?\s*[ap]\.?\s?m\.?|\d{1,2}:\d\d|noon|midday|midnight)"
+_CLOCK_RE = re.compile(r"(\d{1,2})(?::(\d\d))?\s*(?:([ap])\.?\s?m\.?)?", re.IGNORECASE)
+
+
+def parse_clock(text: str) -> str:
+    """A time of day as "HH:MM" (24 h): "8am" -> "08:00", "7 pm" -> "19:00". Raises ValueError."""
+    word = text.strip().lower()
+    if word in ("noon", "midday"):
+        return "12:00"
+    if word == "midnight":
+        return "00:00"
+    match = _CLOCK_RE.fullmatch(word)
+    if not match or (match[2] is None and match[3] is None):
+        raise ValueError(f"not a time of day: {text!r} (try 8am, 7:30pm, 08:00, 23:30)")
+    hour, minute = int(match[1]), int(match[2] or 0)
+    if match[3]:
+        if not 1 <= hour <= 12:
+            raise ValueError(f"not a time of day: {text!r} (with am/pm the hour is 1 to 12)")
+        hour = hour % 12 + (12 if match[3] == "p" else 0)
+    if hour > 23 or minute > 59:
+        raise ValueError(f"not a time of day: {text!r} (00:00 to 23:59)")
+    return f"{hour:02d}:{minute:02d}"
+
+
+def next_clock(clock: str, after: datetime) -> datetime:
+    """The first moment strictly after `after` when the local clock shows `clock` ("HH:MM").
+
+    Local means this machine's time zone (TZ), with the UTC offset of that day, so a deadline
+    across a daylight-saving change still falls on the wall-clock time the user named."""
+    hour, minute = (int(part) for part in parse_clock(clock).split(":"))
+    day = after.astimezone().date()
+    for offset in range(3):  # today, tomorrow; a third day only if a DST jump skipped the time
+        candidate = datetime.combine(day + timedelta(days=offset), time(hour, minute)).astimezone()
+        if candidate > after:
+            return candidate
+    raise ValueError(f"no local time {clock} after {after}")  # unreachable with a sane time zone
 
 
 def now() -> datetime:
