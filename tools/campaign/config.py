@@ -242,6 +242,8 @@ STOP_KEYS = (
 
 def key_problems(data: dict, where: str) -> list[str]:
     """One line per unknown key, top level and inside `policy:`."""
+    if not isinstance(data, dict):
+        return [f"{where}: must be a mapping of keys to values, not {type(data).__name__}"]
     problems = _unknown(data, SCHEMA, where, "")
     for section, schema in SECTIONS.items():
         if isinstance(data.get(section), dict):
@@ -270,6 +272,8 @@ def _unknown(data: dict, schema: dict[str, Key], where: str, prefix: str) -> lis
 
 def type_problems(data: dict, where: str) -> list[str]:
     """One line per value of the wrong type or out of range (keys absent are fine here)."""
+    if not isinstance(data, dict):
+        return [f"{where}: must be a mapping of keys to values, not {type(data).__name__}"]
     problems = _wrong(data, SCHEMA, where, "")
     for section, schema in SECTIONS.items():
         if isinstance(data.get(section), dict):
