@@ -31,7 +31,11 @@ def test_stoprule_script_runs_without_an_installed_package(tmp_path: Path):
         tmp_path, str(TOOLS / "stoprule.py"), "parse", "50 experiments or 10h total, 1h each"
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["max_experiments: 50", "budget: 10h total", "per_run_timeout: 1h"]
+    assert result.stdout.splitlines() == [
+        "max_experiments: 50 (the baseline included: 49 hypotheses)",
+        "budget: 10h total",
+        "per_run_timeout: 1h",
+    ]
 
 
 def test_tmux_wait_script_runs_without_an_installed_package(tmp_path: Path):

@@ -6,10 +6,12 @@ import json
 import re
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autoresearch_skills import ledger, stoprule
 from autoresearch_skills.errors import BadInput
@@ -17,6 +19,9 @@ from autoresearch_skills.errors import BadInput
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 T0 = datetime.fromisoformat("2026-03-01T22:00:00+00:00")
 VERDICT = re.compile(r"^stop condition (met|not yet met): \S.*$")
+# A zone with a UTC offset and daylight saving (central Europe), written as a POSIX TZ rule so it
+# needs no tz database: clock-time rules are tested in local time that is not UTC.
+CET = "CET-1CEST,M3.5.0,M10.5.0/3"
 
 
 def ars(*args: str) -> subprocess.CompletedProcess:
@@ -29,8 +34,15 @@ def at(minutes: float) -> str:
     return (T0 + timedelta(minutes=minutes)).isoformat()
 
 
-def make_ledger(path: Path, statuses: list[str], values: list[float] | None = None) -> Path:
-    """One row per status, ten minutes apart from T0; metric 1.0 unless given."""
+def make_ledger(
+    path: Path,
+    statuses: list[str],
+    values: list[float] | None = None,
+    gpus: list[str] | None = None,
+    start: datetime = T0,
+) -> Path:
+    """One row per status, ten minutes apart from `start`, each 9 minutes long; metric 1.0 unless
+    given; the GPUs each run held when given."""
     ledger.init(path)
     for i, status in enumerate(statuses):
         value = values[i] if values else 1.0
@@ -40,11 +52,26 @@ def make_ledger(path: Path, statuses: list[str], values: list[float] | None = No
                 "status": status,
                 "metric_name": "val_bpb",
                 "metric_value": value if status in ("keep", "discard") else 0.0,
-                "started_at": at(10 * i),
-                "ended_at": at(10 * i + 9),
+                "elapsed_min": 9.0,
+                "gpus": gpus[i] if gpus else "",
+                "started_at": (start + timedelta(minutes=10 * i)).isoformat(),
+                "ended_at": (start + timedelta(minutes=10 * i + 9)).isoformat(),
             },
         )
     return path
+
+
+@pytest.fixture
+def local_zone(monkeypatch):
+    """Run the test (and the commands it starts) in the given local time zone."""
+
+    def use(zone: str) -> None:
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+
+    yield use
+    monkeypatch.undo()
+    time.tzset()
 
 
 def check(path: Path, *args: str) -> tuple[int, str, str]:
@@ -93,7 +120,27 @@ PARSED = {
         "patience": 5,
         "target": "loss<1.2",
     },
+    "until 8am": {"until": "08:00"},
+    "by 08:00": {"until": "08:00"},
+    "until 23:30": {"until": "23:30"},
+    "till 7 pm": {"until": "19:00"},
+    "stop at 8:30 a.m.": {"until": "08:30"},
+    "until 8am, 10m each": {"until": "08:00", "per_run_timeout_seconds": 600},
+    "until 23:30 or 6h total": {"until": "23:30", "budget_seconds": 21600},
+    "overnight": {"until": "08:00", "overnight": True},
+    "run overnight, 10m each": {"until": "08:00", "overnight": True, "per_run_timeout_seconds": 600},
+    "overnight until 7am": {"until": "07:00", "overnight": True},
+    "forever": {"no_limit": True},
+    "forever, 10m each": {"no_limit": True, "per_run_timeout_seconds": 600},
+    "keep going until I say so": {"no_limit": True},
+    "no limit": {"no_limit": True},
+    "40 GPU-hours": {"gpu_hours": 40},
+    "40 gpu hours": {"gpu_hours": 40},
+    "40 GPU-hours or 24 experiments": {"gpu_hours": 40, "max_experiments": 24},
+    "a budget of 12.5 GPU-hours, 1h each": {"gpu_hours": 12.5, "per_run_timeout_seconds": 3600},
 }
+RULE_KEYS = {"max_experiments", "budget_seconds", "per_run_timeout_seconds", "target", "patience"}
+RULE_KEYS |= {"max_failure_rate", "deadline", "until", "overnight", "gpu_hours", "no_limit"}
 
 
 @pytest.mark.parametrize("text", PARSED)
@@ -102,9 +149,19 @@ def test_plain_text_rules_parse_to_explicit_values(text):
     assert values["default"] is False
     for key, expected in PARSED[text].items():
         assert values[key] == expected, key
-    rule_keys = {"max_experiments", "budget_seconds", "per_run_timeout_seconds", "target", "patience"}
-    rule_keys |= {"max_failure_rate", "deadline"}
-    assert {k for k in values if k in rule_keys} == {k for k in PARSED[text] if k in rule_keys}
+    expected_keys = set(PARSED[text]) | ({"deadline"} if "until" in PARSED[text] else set())
+    assert {k for k in values if k in RULE_KEYS} == {k for k in expected_keys if k in RULE_KEYS}
+
+
+@pytest.mark.parametrize("text", PARSED)
+def test_every_phrase_round_trips_through_the_mapping_form(text):
+    rules = stoprule.parse_text(text)
+    for mapping in (rules.to_dict(), yaml.safe_load(yaml.safe_dump({"stop": rules.to_dict()}))):
+        again = stoprule.from_mapping(mapping)
+        assert again == rules, mapping
+        assert again.describe(at=T0) == rules.describe(at=T0)
+    campaign_start = rules.with_defaults().fixed_at(T0)  # what `ars campaign init` stores
+    assert stoprule.from_mapping(campaign_start.to_dict()) == campaign_start
 
 
 def test_parse_json_gives_machine_values():
@@ -112,6 +169,8 @@ def test_parse_json_gives_machine_values():
     assert done.returncode == 0
     assert json.loads(done.stdout) == {
         "max_experiments": 50,
+        "max_experiments_includes_baseline": True,
+        "max_hypotheses": 49,
         "budget": "10h",
         "budget_seconds": 36000.0,
         "per_run_timeout": "1h",
@@ -128,14 +187,26 @@ def test_tool_script_parses_the_seed_example():
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["max_experiments: 50", "budget: 10h total", "per_run_timeout: 1h"]
+    assert done.stdout.splitlines() == [
+        "max_experiments: 50 (the baseline included: 49 hypotheses)",
+        "budget: 10h total",
+        "per_run_timeout: 1h",
+    ]
 
 
 @pytest.mark.parametrize(
     ("text", "unreadable"),
     [
         ("50 experiments or banana", "'banana'"),
-        ("overnight", "'overnight'"),
+        ("until 8", "is 8 in the morning or the evening? say 8am, 8pm or 08:00"),
+        ("stop at 20", "e.g. 20:00"),
+        ("until 25:00", "cannot read the time"),
+        ("until 13pm", "cannot read the time"),
+        ("until 8am, by 9am", "deadline given twice"),
+        ("overnight, by 2026-12-01", "deadline given twice"),
+        ("forever or 24 experiments", "yet max_experiments would end it"),
+        ("until I say so, until val_bpb < 0.9", "yet target would end it"),
+        ("overnight or no limit", "yet until would end it"),
         ("until val_bpb is good", "'until val_bpb is good'"),
         ("10h total, 2h each, 3h each", "per_run_timeout given twice"),
         ("by 2026-13-45", "cannot read the date"),
@@ -186,8 +257,7 @@ def test_deadline_from_budget_stops_at_the_deadline(tmp_path):
     code, line, _ = check(path, "--stop", "6h total", "--started-at", at(0), "--now", at(300))
     assert (code, line) == (0, "stop condition not yet met: 2 attempted, 1h remaining")
     code, line, _ = check(path, "--stop", "6h total", "--started-at", at(0), "--now", at(360))
-    assert code == 1
-    assert line.startswith("stop condition met: deadline 2026-03-02T04:00:00+00:00 reached")
+    assert (code, line) == (1, "stop condition met: deadline 2026-03-02T04:00:00+00:00 passed, 2 attempted")
 
 
 def test_budget_starts_at_the_first_ledger_row_by_default(tmp_path):
@@ -224,7 +294,7 @@ def test_target_reached_by_a_measured_row_stops(tmp_path):
     assert (code, line) == (0, "stop condition not yet met: 3 attempted, target val_bpb<0.95 (best 0.96)")
     ledger.append(path, {"status": "keep", "metric_name": "val_bpb", "metric_value": 0.949})
     code, line, _ = check(path, "--stop", "until val_bpb < 0.95", "--now", at(60))
-    assert (code, line) == (1, "stop condition met: target reached: val_bpb 0.949 < 0.95")
+    assert (code, line) == (1, "stop condition met: target reached: val_bpb 0.949 < 0.95, 4 attempted")
 
 
 def test_crashed_rows_metric_of_zero_never_reaches_a_target(tmp_path):
@@ -236,7 +306,7 @@ def test_crashed_rows_metric_of_zero_never_reaches_a_target(tmp_path):
 def test_higher_is_better_target(tmp_path):
     path = make_ledger(tmp_path / "results.tsv", ["keep", "keep"], [0.70, 0.81])
     code, line, _ = check(path, "--stop", "until val_bpb >= 0.8", "--now", at(60))
-    assert (code, line) == (1, "stop condition met: target reached: val_bpb 0.81 >= 0.8")
+    assert (code, line) == (1, "stop condition met: target reached: val_bpb 0.81 >= 0.8, 2 attempted")
 
 
 def test_patience_counts_runs_since_the_last_kept_row(tmp_path):
@@ -257,7 +327,7 @@ def test_failure_rate_over_the_window_stops(tmp_path):
     assert check(path, *rule)[0] == 0  # 2 of 4 is not above 50%
     ledger.append(path, {"status": "crash"})
     code, line, _ = check(path, *rule)
-    assert (code, line) == (1, "stop condition met: 3/5 of the last runs failed (60% > 50%)")
+    assert (code, line) == (1, "stop condition met: 3/5 of the last runs failed (60% > 50%), 5 attempted")
 
 
 def test_default_rule_is_baseline_plus_three_then_ask(tmp_path):
@@ -278,8 +348,16 @@ def test_per_run_timeout_alone_keeps_the_default_count(tmp_path):
     assert line.startswith("stop condition met: 4/4 attempted (default: baseline + 3 experiments;")
 
 
-def test_missing_ledger_means_nothing_attempted_yet(tmp_path):
-    code, line, _ = check(tmp_path / "results.tsv", "--stop", "24 experiments", "--now", at(0))
+def test_missing_ledger_is_bad_input_not_zero_attempts(tmp_path):
+    done = ars("stop", "check", "--ledger", str(tmp_path / "results.tsv"), "--stop", "24 experiments")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert len(done.stderr.splitlines()) == 1
+    assert f"ledger {tmp_path / 'results.tsv'} does not exist" in done.stderr
+    assert "ars ledger init" in done.stderr
+
+
+def test_empty_ledger_means_nothing_attempted_yet(tmp_path):
+    code, line, _ = check(make_ledger(tmp_path / "results.tsv", []), "--stop", "24 experiments")
     assert (code, line) == (0, "stop condition not yet met: 0/24 attempted")
 
 
@@ -312,6 +390,12 @@ def test_json_verdict_keys(tmp_path):
         "deadline": "2026-03-02T04:00:00+00:00",
         "best_value": None,
         "runs_since_improvement": 2,
+        "running": 0,
+        "per_run_timeout": 600.0,
+        "gpu_hours_used": None,
+        "max_gpu_hours": None,
+        "no_limit": False,
+        "may_start": True,
     }
     stopped = ars("stop", "check", "--ledger", str(path), "--stop", "3 runs", "--now", at(90), "--json")
     assert stopped.returncode == 1
@@ -446,3 +530,209 @@ def test_evaluate_fixes_a_relative_budget_once(tmp_path):
 def test_parse_text_raises_bad_input_for_the_api():
     with pytest.raises(BadInput, match="banana"):
         stoprule.parse_text("banana")
+
+
+# ---------------------------------------------------------------- clock times, overnight, no limit
+
+
+@pytest.mark.parametrize(
+    ("text", "deadline"),
+    [
+        ("until 8am", "2026-11-23T08:00:00+01:00"),
+        ("by 08:00", "2026-11-23T08:00:00+01:00"),
+        ("until 23:30", "2026-11-22T23:30:00+01:00"),
+        ("till 7 pm", "2026-11-22T19:00:00+01:00"),
+        ("stop at noon", "2026-11-23T12:00:00+01:00"),
+        ("until 2pm", "2026-11-23T14:00:00+01:00"),  # 14:00 now: the next 14:00 is tomorrow's
+    ],
+)
+def test_a_clock_time_means_the_next_such_local_time(local_zone, text, deadline):
+    local_zone(CET)
+    start = datetime.fromisoformat("2026-11-22T14:00:00+01:00")
+    assert stoprule.parse_text(text).fixed_at(start).deadline == deadline
+
+
+def test_parse_shows_the_absolute_deadline_with_its_offset(local_zone):
+    local_zone(CET)
+    done = ars("stop", "parse", "until 8am, 10m each", "--now", "2026-11-22T13:00:00Z")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "deadline: 2026-11-23T08:00:00+01:00 (until 08:00 local)",
+        "per_run_timeout: 10m",
+    ]
+    as_json = json.loads(ars("stop", "parse", "until 8am", "--now", "2026-11-22T13:00:00Z", "--json").stdout)
+    assert (as_json["until"], as_json["deadline"]) == ("08:00", "2026-11-23T08:00:00+01:00")
+
+
+def test_a_clock_deadline_across_a_daylight_saving_change_keeps_the_wall_clock_time(local_zone):
+    local_zone(CET)  # summer time starts on 2026-03-29 at 02:00
+    start = datetime.fromisoformat("2026-03-28T12:00:00+01:00")
+    assert stoprule.parse_text("until 8am").fixed_at(start).deadline == "2026-03-29T08:00:00+02:00"
+
+
+def test_overnight_means_until_8am_local_unless_a_time_is_given(local_zone):
+    local_zone(CET)
+    now_args = ("--now", "2026-11-22T21:00:00+01:00")
+    done = ars("stop", "parse", "overnight", *now_args)
+    assert done.stdout == "deadline: 2026-11-23T08:00:00+01:00 (overnight: until 08:00 local)\n"
+    done = ars("stop", "parse", "overnight until 7am, 10m each", *now_args)
+    assert done.stdout.splitlines()[0] == "deadline: 2026-11-23T07:00:00+01:00 (overnight: until 07:00 local)"
+    assert stoprule.from_mapping({"overnight": True}).until == "08:00"
+
+
+def test_a_clock_deadline_is_fixed_at_the_start_and_then_passes(tmp_path, local_zone):
+    """Checked again in the morning, "until 8am" must not move on to the next day's 08:00."""
+    local_zone(CET)
+    evening = datetime.fromisoformat("2026-11-22T22:00:00+01:00")
+    path = make_ledger(tmp_path / "results.tsv", ["keep", "discard"], start=evening)
+    code, line, _ = check(path, "--stop", "until 8am", "--now", "2026-11-23T07:00:00+01:00")
+    assert (code, line) == (0, "stop condition not yet met: 2 attempted, 1h remaining")
+    code, line, _ = check(path, "--stop", "until 8am", "--now", "2026-11-23T08:01:00+01:00")
+    assert (code, line) == (1, "stop condition met: deadline 2026-11-23T08:00:00+01:00 passed, 2 attempted")
+
+
+def test_a_clock_time_and_a_budget_end_at_whichever_comes_first(local_zone):
+    local_zone(CET)
+    start = datetime.fromisoformat("2026-11-22T20:00:00+01:00")
+    assert stoprule.parse_text("until 23:30 or 6h total").fixed_at(start).deadline == (
+        "2026-11-22T23:30:00+01:00"
+    )
+    assert (
+        stoprule.parse_text("until 8am or 2h total").fixed_at(start).deadline == "2026-11-22T22:00:00+01:00"
+    )
+
+
+def test_yaml_until_accepts_an_unquoted_time(tmp_path):
+    # YAML 1.1 reads an unquoted 23:30 as the base-60 number 1410.
+    rules = stoprule.load_file(
+        write(tmp_path / "rules.yaml", "stop:\n  until: 23:30\n  per_run_timeout: 10m\n")
+    )
+    assert rules.until == "23:30"
+    assert stoprule.from_mapping({"until": "7 pm"}).until == "19:00"
+    for bad in ("until: 8\n", "until: soon\n", "overnight: sometimes\n", "no_limit: 1\n"):
+        with pytest.raises(BadInput):
+            stoprule.load_file(write(tmp_path / "bad.yaml", bad))
+
+
+def test_forever_means_nothing_ends_the_campaign_but_the_user(tmp_path):
+    path = make_ledger(tmp_path / "results.tsv", ["keep"] + ["crash"] * 49)
+    code, line, _ = check(path, "--stop", "forever, 10m each", "--now", at(60 * 24 * 30))
+    assert code == 0
+    assert (
+        line == "stop condition not yet met: 50 attempted, no limit: nothing ends this campaign but the user"
+    )
+    rules = stoprule.parse_text("until I say so, 10m each")
+    assert rules.with_defaults() == rules, "no limit is not the default of 4 experiments"
+    assert rules.per_run_timeout == 600, "the per-run limit still applies"
+    assert ars("stop", "parse", "no limit").stdout.startswith(
+        "no_limit: nothing ends the campaign but the user"
+    )
+
+
+# ---------------------------------------------------------------- GPU-hours
+
+
+def test_gpu_hours_count_each_rows_elapsed_time_times_its_gpus(tmp_path):
+    # 9 minutes each: 8 GPUs -> 1.2 GPU-hours, 4 GPUs -> 0.6, none/0/"" -> 0.
+    path = make_ledger(
+        tmp_path / "results.tsv", ["keep", "discard", "crash", "keep"], gpus=["8", "4", "", "0"]
+    )
+    assert stoprule.gpu_hours_used(ledger.read(path)) == pytest.approx(1.8)
+    code, line, _ = check(path, "--stop", "2 GPU-hours or 24 experiments", "--now", at(60))
+    assert (code, line) == (0, "stop condition not yet met: 4/24 attempted, 1.8/2 GPU-hours used")
+    code, line, _ = check(path, "--stop", "1.5 GPU-hours", "--now", at(60))
+    assert (code, line) == (1, "stop condition met: GPU-hour budget used: 1.8/1.5 GPU-hours, 4 attempted")
+    verdict = json.loads(
+        ars("stop", "check", "--ledger", str(path), "--stop", "1.5 gpu hours", "--json").stdout
+    )
+    assert (verdict["trigger"], verdict["gpu_hours_used"], verdict["max_gpu_hours"]) == (
+        "gpu_hours",
+        1.8,
+        1.5,
+    )
+
+
+def test_gpu_hours_of_runs_in_flight_count_too(tmp_path):
+    rows = ledger.read(make_ledger(tmp_path / "results.tsv", ["keep"], gpus=["8"]))
+    rules = stoprule.from_mapping({"gpu_hours": 2})
+    assert stoprule.evaluate(rules, rows, at=T0, in_flight=1, in_flight_gpu_hours=0.7).should_continue
+    verdict = stoprule.evaluate(rules, rows, at=T0, in_flight=1, in_flight_gpu_hours=0.8)
+    assert (
+        verdict.line
+        == "stop condition met: GPU-hour budget used: 2.0/2 GPU-hours, 2 attempted (1 still running)"
+    )
+    code, _, _ = check(
+        tmp_path / "results.tsv", "--stop", "2 GPU-hours", "--in-flight", "1", "--in-flight-gpu-hours", "0.8"
+    )
+    assert code == 1
+
+
+# ---------------------------------------------------------------- the count, what is left, runs in flight
+
+
+def test_parse_says_the_baseline_is_one_of_the_experiments():
+    assert (
+        ars("stop", "parse", "4 experiments").stdout
+        == "max_experiments: 4 (the baseline included: 3 hypotheses)\n"
+    )
+    assert (
+        ars("stop", "parse", "2 runs").stdout == "max_experiments: 2 (the baseline included: 1 hypothesis)\n"
+    )
+    assert ars("stop", "parse", "1 run").stdout == "max_experiments: 1 (the baseline only)\n"
+    values = json.loads(ars("stop", "parse", "4 experiments", "--json").stdout)
+    assert (values["max_experiments_includes_baseline"], values["max_hypotheses"]) == (True, 3)
+    default = stoprule.StopRules().with_defaults().describe()
+    assert default == ["max_experiments: 4 (default; the baseline included: 3 hypotheses; then stop and ask)"]
+
+
+def test_the_line_after_a_stop_keeps_the_time_and_count_left(tmp_path):
+    path = make_ledger(tmp_path / "results.tsv", ["keep", "discard", "crash", "keep"])
+    code, line, _ = check(path, "--stop", "4 experiments or 1h total", "--started-at", at(0), "--now", at(43))
+    assert (code, line) == (1, "stop condition met: 4/4 attempted, 17m remaining")
+    code, line, _ = check(
+        path, "--stop", "24 experiments or 1h total", "--started-at", at(0), "--now", at(61)
+    )
+    assert (code, line) == (
+        1,
+        "stop condition met: deadline 2026-03-01T23:00:00+00:00 passed, 4/24 attempted",
+    )
+    code, line, _ = check(
+        path, "--stop", "24 experiments or 1h total, patience 2", "--started-at", at(0), "--now", at(43)
+    )
+    assert (code, line) == (
+        0,
+        "stop condition not yet met: 4/24 attempted, 17m remaining, 0/2 runs without improvement",
+    )
+
+
+def test_runs_in_flight_count_as_attempted(tmp_path):
+    path = make_ledger(tmp_path / "results.tsv", ["keep"] * 14)
+    args = ["--stop", "24 experiments or 10h total, 10m each", "--started-at", at(0), "--now", at(228)]
+    code, line, _ = check(path, *args, "--in-flight", "3")
+    assert (code, line) == (0, "stop condition not yet met: 17/24 attempted (3 running), 6h12m remaining")
+    verdict = json.loads(
+        ars("stop", "check", "--ledger", str(path), *args, "--in-flight", "3", "--json").stdout
+    )
+    assert (verdict["attempted"], verdict["running"], verdict["remaining_experiments"]) == (17, 3, 7)
+    rows = ledger.read(make_ledger(tmp_path / "full.tsv", ["keep"] * 22))
+    stopped = stoprule.evaluate(stoprule.parse_text("24 experiments"), rows, at=at(300), in_flight=2)
+    assert stopped.line == "stop condition met: 24/24 attempted (2 still running)"
+    assert (stopped.should_continue, stopped.running, stopped.attempted) == (False, 2, 24)
+
+
+def test_results_come_from_finished_rows_only(tmp_path):
+    rows = ledger.read(make_ledger(tmp_path / "results.tsv", ["keep", "discard"]))
+    rules = stoprule.parse_text("stop after 2 runs without improvement")
+    verdict = stoprule.evaluate(rules, rows, at=at(60), in_flight=5)
+    assert verdict.should_continue and verdict.runs_since_improvement == 1
+
+
+def test_may_start_only_when_another_whole_run_fits():
+    rules = stoprule.parse_text("24 experiments or 6h total, 1h each").fixed_at(T0)
+    assert stoprule.evaluate(rules, [], at=T0 + timedelta(hours=5)).may_start()  # exactly one hour left
+    late = stoprule.evaluate(rules, [], at=T0 + timedelta(hours=5, minutes=1))
+    assert not late.may_start() and late.trigger == "no_time_for_run"
+    assert stoprule.evaluate(stoprule.parse_text("24 experiments, 1h each"), [], at=T0).may_start()
+    assert not stoprule.evaluate(stoprule.parse_text("2 runs"), [], at=T0, in_flight=2).may_start()
+    with pytest.raises(ValueError):
+        stoprule.evaluate(rules, [], at=T0, in_flight=-1)
