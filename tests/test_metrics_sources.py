@@ -1,15 +1,23 @@
-"""JSON-lines metric files and TensorBoard event files (written here byte by byte, no TensorFlow)."""
+"""Metric sources: JSON lines, TensorBoard event files (byte by byte here, and from PyTorch's
+writer), W&B offline runs and MLflow file stores (from the real libraries), and `read_metric`."""
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import struct
 import subprocess
 import sys
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
+from autoresearch_skills.errors import BadInput
 from autoresearch_skills.metrics import Sample, extract, latest
+from autoresearch_skills.sources.reading import follow, read_metric, validate_source
 from autoresearch_skills.sources.tensorboard import crc32c, masked_crc32c, read_scalars
 
 # --- JSON lines --------------------------------------------------------------------------
@@ -211,3 +219,271 @@ def test_tensorboard_no_match_lists_the_tags_and_bad_uses_are_refused(tmp_path):
     empty.mkdir()
     done = subprocess.run([*command[:-1], str(empty)], capture_output=True, text=True)
     assert done.returncode == 2 and "without TensorBoard event files" in done.stderr
+
+
+# --- read_metric: one entry point for every source --------------------------------------
+# Fixtures are written by the real libraries (dev dependencies), in processes of their own,
+# as a training script would write them; the readers use none of them.
+
+
+def read(source, workdir, metric="val_loss", direction="min", **kw):
+    return read_metric(
+        source,
+        workdir=workdir,
+        log_path=workdir / "run.log",
+        metric=metric,
+        preset="generic",
+        direction=direction,
+        **kw,
+    )
+
+
+def python(workdir: Path, script: str, env: dict | None = None, wait: bool = True):
+    """Run `script` in a child Python inside `workdir`, as a training script would run."""
+    full = {**os.environ, "WANDB_SILENT": "true", "MLFLOW_ALLOW_FILE_STORE": "true", **(env or {})}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)], cwd=workdir, env=full,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    if wait:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+    return proc
+
+
+def wait_for(condition, timeout: float = 60.0):
+    give_up = time.monotonic() + timeout
+    while time.monotonic() < give_up:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_log_source_by_preset_or_pattern_with_each_mode(tmp_path):
+    (tmp_path / "run.log").write_text(
+        "step 1 val_loss=3.0\nstep 2 val_loss=2.0\n[ars] timeout after 1m: val_loss=0.1\nstep 3 val_loss=2.5\n"
+    )
+    last = read({"kind": "log", "preset": "generic"}, tmp_path)
+    assert (last.value, last.step, last.found) == (2.5, 3, True)
+    assert [s.value for s in last.samples] == [3.0, 2.0, 2.5]  # our own notice is no metric
+    assert last.source == "log run.log preset generic key val_loss"
+    assert read({"kind": "log", "mode": "best"}, tmp_path).value == 2.0
+    assert read({"kind": "log", "mode": "mean-last-2"}, tmp_path).value == pytest.approx(2.25)
+    pattern = read({"kind": "log", "pattern": r"val_loss=(?P<value>[\d.]+)"}, tmp_path)
+    assert pattern.value == 2.5 and pattern.source == r"log run.log pattern val_loss=(?P<value>[\d.]+)"
+    assert read(None, tmp_path).value == 2.5  # no metric_source: the run log with the campaign's preset
+
+
+def test_a_source_without_the_value_says_why(tmp_path):
+    (tmp_path / "run.log").write_text("step 1 loss=3.0\n")
+    missing = read({"kind": "log"}, tmp_path)
+    assert (missing.value, missing.found) == (None, False)
+    assert "no val_loss in" in missing.missing and "names seen: loss)" in missing.missing
+    assert "does not exist" in read({"kind": "jsonl", "path": "m.jsonl"}, tmp_path).missing
+    assert "does not exist" in read({"kind": "tensorboard", "dir": "runs/"}, tmp_path).missing
+    assert "does not exist" in read({"kind": "wandb"}, tmp_path).missing
+    assert "does not exist" in read({"kind": "mlflow"}, tmp_path).missing
+
+
+def test_jsonl_source_with_its_own_step_key_and_an_earlier_runs_file(tmp_path):
+    write_jsonl(
+        tmp_path / "m.jsonl",
+        [{"trainer/global_step": 100, "val_loss": 2.0}, {"trainer/global_step": 200, "val_loss": 1.5}],
+    )
+    found = read({"kind": "jsonl", "path": "m.jsonl", "step": "trainer/global_step"}, tmp_path)
+    assert (found.value, found.step, found.source) == (1.5, 200, "jsonl m.jsonl key val_loss")
+    later = read({"kind": "jsonl", "path": "m.jsonl"}, tmp_path, started_at=time.time() + 60)
+    assert later.value is None and "before this run began" in later.missing
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ({"kind": "neptune"}, "kind 'neptune' is unknown: use one of log, jsonl, tensorboard, wandb, mlflow"),
+        ({"kind": "tensorboard", "dir": "runs", "key": "x"}, "key 'key' means nothing to kind tensorboard"),
+        ({"kind": "tensorboard"}, "needs dir"),
+        ({"kind": "log", "mode": "median"}, "mode 'median' is unknown"),
+        ({"kind": "log", "mode": "mean-last-0"}, "N must be at least 1"),
+        ({"kind": "log", "preset": "nemo"}, "unknown preset 'nemo'"),
+        ({"kind": "log", "pattern": "loss=[0-9.]+"}, "no capture group"),
+        ({"kind": "log", "preset": "generic", "pattern": "x=(.*)"}, "preset or pattern, not both"),
+        ({"kind": "jsonl", "path": ["a"]}, "must be a string"),
+        ("log", "must be a mapping"),
+    ],
+)
+def test_validate_source_refuses_in_one_line(source, message):
+    with pytest.raises(BadInput) as err:
+        validate_source(source)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    validate_source({"kind": "mlflow", "experiment": 0, "mode": "mean-last-5"})
+
+
+# TensorBoard, written by PyTorch's SummaryWriter (needs the tensorboard package).
+
+TB_WRITER = """
+    import os, sys, time
+    from torch.utils.tensorboard import SummaryWriter
+    writer = SummaryWriter(log_dir=sys.argv[1] if len(sys.argv) > 1 else None)
+    for step in range(1, 4):
+        writer.add_scalar("val/loss", 3.0 - step / 2, step)
+        writer.add_scalar("train/loss", 4.0 - step, step)
+    writer.flush()
+    while not os.path.exists("release"):
+        time.sleep(0.05)
+    writer.add_scalar("val/loss", float("nan"), 4)
+    writer.add_scalar("val/loss", 0.25, 5)
+    writer.close()
+"""
+
+
+def test_tensorboard_dir_read_while_a_real_writer_is_still_running(tmp_path):
+    pytest.importorskip("tensorboard")
+    proc = python(tmp_path, TB_WRITER, wait=False)
+    try:
+        follower = follow(
+            {"kind": "tensorboard", "dir": "runs/", "tag": "val/loss"},
+            workdir=tmp_path, log_path=tmp_path / "run.log", metric="val_loss", preset="generic",
+        )  # fmt: skip
+        wait_for(lambda: follower.poll() and len(follower.samples) == 3 or len(follower.samples) == 3)
+        assert proc.poll() is None  # still writing
+        assert [(s.step, s.value) for s in follower.samples] == [(1, 2.5), (2, 2.0), (3, 1.5)]
+        assert follower.poll() == []  # nothing new: nothing read twice
+        (tmp_path / "release").touch()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    follower.poll(final=True)
+    assert [s.step for s in follower.samples] == [1, 2, 3, 4, 5]
+    best = follower.reading("min")
+    assert best.value == 0.25 and best.source.startswith("tensorboard runs/ tag val/loss (run ")
+    reading = read({"kind": "tensorboard", "dir": "runs/", "tag": "val/loss", "mode": "best"}, tmp_path)
+    assert (reading.value, reading.step) == (0.25, 5)
+
+
+def test_tensorboard_reads_the_newest_run_folder_and_ignores_runs_before_this_one(tmp_path):
+    pytest.importorskip("tensorboard")
+    (tmp_path / "release").touch()
+    python(tmp_path, TB_WRITER + "\n", env=None)
+    time.sleep(1.1)  # event file names carry whole seconds
+    began = time.time()
+    newer = TB_WRITER.replace("3.0 - step / 2", "9.0")
+    python(tmp_path, newer)
+    source = {"kind": "tensorboard", "dir": "runs", "tag": "val/loss"}
+    assert read(source, tmp_path).samples[0].value == 9.0
+    assert read(source, tmp_path, started_at=began).samples[0].value == 9.0
+    missing = read(source, tmp_path, started_at=time.time() + 60)
+    assert "no TensorBoard event files in runs (2 from before this run began)" in missing.missing
+    assert "tags present: train/loss, val/loss" in read({**source, "tag": "loss"}, tmp_path).missing
+
+
+# W&B offline runs, written by the real wandb SDK in offline mode (no network).
+
+WANDB_RUN = """
+    import wandb
+    run = wandb.init(project="p", mode="offline")
+    for step in range(5):
+        run.log({"val/loss": 2.0 - 0.25 * step, "eval": {"acc": 0.1 * step}}, step=step * 100)
+    run.log({"val/loss": float("nan")}, step=500)
+    run.summary["final_score"] = 0.875
+    run.finish()
+"""
+
+
+def test_wandb_offline_run_last_best_mean_nested_keys_and_summary(tmp_path):
+    pytest.importorskip("wandb")
+    python(tmp_path, WANDB_RUN)
+    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    last = read({"kind": "wandb", "key": "val/loss"}, tmp_path)
+    assert math.isnan(last.value) and last.step == 500 and last.source.startswith("wandb wandb/ key val/loss")
+    best = read({"kind": "wandb", "key": "val/loss", "mode": "best"}, tmp_path)
+    assert (best.value, best.step) == (1.0, 400)
+    mean = read({"kind": "wandb", "key": "eval/acc", "mode": "mean-last-2"}, tmp_path, direction="max")
+    assert (mean.value, mean.step) == (pytest.approx(0.35), 400)  # {"eval": {"acc"}} is eval.acc
+    assert read({"kind": "wandb", "key": "final_score"}, tmp_path).value == 0.875  # from the summary
+    missing = read({"kind": "wandb", "key": "val_bpb"}, tmp_path)
+    assert "keys present: eval.acc, final_score, val/loss" in missing.missing
+
+
+def test_wandb_picks_the_newest_run_and_a_record_spanning_blocks(tmp_path):
+    pytest.importorskip("wandb")
+    python(tmp_path, WANDB_RUN)
+    time.sleep(1.1)  # run folders are named to the second
+    wide = """
+        import wandb
+        run = wandb.init(project="p", mode="offline")
+        run.log({**{f"feature_{i:05d}": i * 0.5 for i in range(4000)}, "val/loss": 0.5}, step=7)
+        run.log({"val/loss": 0.25}, step=8)
+        run.finish()
+    """
+    python(tmp_path, wide)
+    files = sorted((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 2 and files[-1].stat().st_size > 2 * 32 * 1024  # the wide row spans blocks
+    found = read({"kind": "wandb", "key": "val/loss"}, tmp_path)
+    assert [(s.step, s.value) for s in found.samples] == [(7, 0.5), (8, 0.25)]
+    only_old = read({"kind": "wandb", "key": "val/loss", "run": files[0].stem[len("run-") :]}, tmp_path)
+    assert only_old.samples[0].value == 2.0
+
+
+def test_wandb_torn_last_chunk_is_left_for_the_next_read(tmp_path):
+    pytest.importorskip("wandb")
+    from autoresearch_skills.sources.wandb import LogReader
+
+    python(tmp_path, WANDB_RUN)
+    full = next((tmp_path / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()
+    partial = tmp_path / "live.wandb"
+    reader, seen = LogReader(partial), []
+    for cut in range(0, len(full) + 1, 97):  # the writer's progress, in odd-sized steps
+        partial.write_bytes(full[:cut])
+        seen += reader.read()
+    partial.write_bytes(full)
+    seen += reader.read()
+    assert [s.value for s in seen if s.name == "val/loss"][:5] == [2.0, 1.75, 1.5, 1.25, 1.0]
+
+
+# MLflow file store, written by the real MLflow client (mlflow-skinny).
+
+MLFLOW_WRITER = """
+    import os, time
+    import mlflow
+    mlflow.set_tracking_uri("file:./mlruns")
+    mlflow.set_experiment("lr-sweep")
+    with mlflow.start_run():
+        for step in range(3):
+            mlflow.log_metric("val/loss", 2.0 - step * 0.5, step=step * 10)
+        while not os.path.exists("release"):
+            time.sleep(0.05)
+        mlflow.log_metric("val/loss", 0.75, step=30)
+"""
+
+
+def test_mlflow_store_read_while_a_real_run_is_still_logging(tmp_path):
+    pytest.importorskip("mlflow")
+    proc = python(tmp_path, MLFLOW_WRITER, wait=False)
+    try:
+        follower = follow(
+            {"kind": "mlflow", "experiment": "lr-sweep", "name": "val/loss"},
+            workdir=tmp_path, log_path=tmp_path / "run.log", metric="val_loss", preset="generic",
+        )  # fmt: skip
+        wait_for(lambda: follower.poll() is not None and len(follower.samples) == 3)
+        assert proc.poll() is None
+        assert [(s.step, s.value) for s in follower.samples] == [(0, 2.0), (10, 1.5), (20, 1.0)]
+        (tmp_path / "release").touch()
+        assert proc.wait(timeout=60) == 0, proc.stdout.read()
+    finally:
+        proc.kill()
+    follower.poll(final=True)
+    assert follower.reading("min").value == 0.75
+    reading = read({"kind": "mlflow", "experiment": "lr-sweep", "name": "val/loss", "mode": "best"}, tmp_path)
+    assert (reading.value, reading.step) == (0.75, 30)
+    assert reading.source.startswith("mlflow mlruns/ experiment ") and reading.source.endswith(
+        " metric val/loss"
+    )
+    by_id = read({"kind": "mlflow", "experiment": reading.source.split()[3], "name": "val/loss"}, tmp_path)
+    assert by_id.value == 0.75
+    missing = read({"kind": "mlflow", "name": "val_bpb"}, tmp_path)
+    assert "metrics present: val/loss" in missing.missing
+    assert (
+        "no MLflow run in experiment Default"
+        in read({"kind": "mlflow", "experiment": "Default"}, tmp_path).missing
+    )

@@ -377,7 +377,7 @@ def _open_source(path: str | Path, preset: Preset, pattern: str | None, name: st
             raise BadInput(f"{path} is a directory without TensorBoard event files (events.out.tfevents.*)")
         return _Source(path, "tensorboard", None, False)
     if pattern is not None:
-        regex = _compile_pattern(pattern)
+        regex = compile_pattern(pattern)
         return _Source(path, "log", lambda: PatternParser(regex, name or "value"), _is_gzip(path))
     if jsonl.is_jsonl(path):
         return _Source(path, "jsonl", jsonl.JsonlParser, _is_gzip(path), name)
@@ -393,19 +393,21 @@ def _is_gzip(path: Path) -> bool:
         raise BadInput(f"{path}: cannot read it ({err.strerror}): check its permissions") from None
 
 
-def _compile_pattern(pattern: str) -> re.Pattern[str]:
+def compile_pattern(pattern: str, what: str = "--pattern") -> re.Pattern[str]:
+    """A value pattern: one capture group, or a named `value` group (and optionally `step`).
+    BadInput names `what` (the flag or setting it came from)."""
     try:
         regex = re.compile(pattern)
     except re.error as err:
-        raise BadInput(f"--pattern {pattern!r} is not a valid regular expression: {err}") from None
+        raise BadInput(f"{what} {pattern!r} is not a valid regular expression: {err}") from None
     if "value" in regex.groupindex or regex.groups == 1:
         return regex
     if regex.groups == 0:
         raise BadInput(
-            f"--pattern {pattern!r} has no capture group: put one around the value, e.g. 'loss=([0-9.]+)'"
+            f"{what} {pattern!r} has no capture group: put one around the value, e.g. 'loss=([0-9.]+)'"
         )
     raise BadInput(
-        f"--pattern {pattern!r} has {regex.groups} capture groups: name the value's (?P<value>...) "
+        f"{what} {pattern!r} has {regex.groups} capture groups: name the value's (?P<value>...) "
         "or make the others non-capturing (?:...)"
     )
 
@@ -463,7 +465,7 @@ def _tensorboard(path: Path) -> list[Sample]:
     return tensorboard.read_scalars(path)
 
 
-def _matcher(metric: str) -> Callable[[str], bool]:
+def name_matcher(metric: str) -> Callable[[str], bool]:
     """`accuracy` finds `validation/accuracy`: a name matches exactly, ignoring case, or as its
     last `/`-separated part(s)."""
     wanted = metric.lower()
@@ -508,7 +510,7 @@ def extract(
         raise BadInput(f"unknown direction {direction!r}: use min or max")
     name = _metric_name(chosen, metric, pattern)
     source = _open_source(path, chosen, pattern, name)
-    wanted = _matcher(name) if name else None
+    wanted = name_matcher(name) if name else None
 
     if mode == "last":
         return _last_match(source, wanted) if wanted else _last_record(source)

@@ -138,7 +138,11 @@ def read_curve(log: str | Path, preset: str, metric: str, pattern: str | None = 
     """The metric's (step, value) series; values without a step are numbered in order."""
     from autoresearch_skills import metrics
 
-    samples = metrics.extract(log, preset=preset, metric=metric, pattern=pattern, mode="series")
+    return to_curve(metrics.extract(log, preset=preset, metric=metric, pattern=pattern, mode="series"))
+
+
+def to_curve(samples) -> Curve:
+    """(step, value) from samples, steps increasing; values without a step are numbered in order."""
     curve: Curve = []
     for n, sample in enumerate(samples):
         step = float(sample.step) if sample.step is not None else float(n)

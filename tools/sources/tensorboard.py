@@ -89,6 +89,13 @@ def records(data: bytes) -> Iterator[bytes]:
     half-written last one) or a length whose CRC does not match (garbage: nothing after it
     can be framed). Data CRCs are not checked: a pure-Python CRC over every byte would cost
     more than the parse, and a torn write shows up as a short record anyway."""
+    for record, _ in framed(data):
+        yield record
+
+
+def framed(data: bytes) -> Iterator[tuple[bytes, int]]:
+    """`records`, each with the offset just past it: where a reader that follows a live file
+    starts next time."""
     pos, size = 0, len(data)
     while pos + 12 <= size:
         header = data[pos : pos + 8]
@@ -99,8 +106,25 @@ def records(data: bytes) -> Iterator[bytes]:
         end = pos + 12 + length + 4
         if end > size:
             return
-        yield data[pos + 12 : pos + 12 + length]
+        yield data[pos + 12 : pos + 12 + length], end
         pos = end
+
+
+def event_scalars(record: bytes) -> list[tuple[float, Sample]]:
+    """(wall time, sample) of every scalar in one Event record; [] for anything else."""
+    try:
+        return list(_event_scalars(record))
+    except (ValueError, IndexError, struct.error):
+        return []
+
+
+def created(path: Path) -> float | None:
+    """When an event file was opened, from its name (`events.out.tfevents.<seconds>.<host>...`)."""
+    parts = path.name[len(PREFIX) :].split(".", 1)
+    try:
+        return float(parts[0])
+    except ValueError:
+        return None
 
 
 def _event_scalars(event: bytes) -> Iterator[tuple[float, Sample]]:
