@@ -39,6 +39,7 @@ COMMANDS = {
     ),
     "prune": ("autoresearch_skills.prune:cli", "Early stopping: stop a run its curve says will lose."),
     "memory": ("autoresearch_skills.memory:cli", "Session memory: start, checkpoint, handoff, show, resume."),
+    "hook": ("autoresearch_skills.hooks:cli", "Agent hooks: block a stop while the campaign goes on; restate it."),
     "report": ("autoresearch_skills.report:cli", "Write report.md, report.html and progress.png."),
     "profile": (
         "autoresearch_skills.reward.cli:cli",
