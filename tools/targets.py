@@ -56,6 +56,31 @@ def targets_dir() -> Path:
     return resource_dir("templates") / "targets"
 
 
+# Single-file templates `ars init NAME [FILE]` copies as they are (no git repository):
+# name -> (file under templates/, description, what to do next).
+FILE_TEMPLATES = {
+    "blueprint-plan": (
+        "blueprint-plan.yaml",
+        "a plan of several experiment blueprints, for `ars blueprint new --from`",
+        "edit it, then: ars blueprint new --from {file} --out-dir blueprints/",
+    ),
+}
+
+
+def copy_file_template(name: str, destination: Path | None) -> Path:
+    """Copy a single-file template to `destination` (a file, or a folder to put it in; default: its
+    own name here). Never replaces an existing file."""
+    file_name = FILE_TEMPLATES[name][0]
+    target = destination if destination is not None else Path(file_name)
+    if target.is_dir():
+        target = target / file_name
+    if target.exists():
+        raise BadInput(f"{target} exists; give another file name so nothing of yours is overwritten")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(resource_dir("templates") / file_name, target)
+    return target
+
+
 def _description(folder: Path) -> str:
     readme = folder / "README.md"
     if readme.is_file():
@@ -152,21 +177,37 @@ def init_target(name: str, directory: str | Path) -> InitResult:
 def cli(target: str | None, directory: Path | None, list_only: bool, as_json: bool) -> None:
     """Start a project from a shipped training target: copy it into DIRECTORY
     (new or empty; default ./TARGET), make that a git repository with one first
-    commit, and print the command that runs the baseline.
+    commit, and print the command that runs the baseline. A single-file template
+    (blueprint-plan) is copied to the file given (default: its own name here).
 
     \b
     Examples:
       ars init --list
       ars init tiny-lm my-lm
       ars init tiny-lm my-lm --json
+      ars init blueprint-plan plan.yaml
     """
     if list_only:
         targets = list_targets()
         if as_json:
-            click.echo(json.dumps([{**asdict(t), "path": str(t.path)} for t in targets], indent=2))
+            files = [
+                {"name": n, "path": str(resource_dir("templates") / f), "description": d}
+                for n, (f, d, _) in FILE_TEMPLATES.items()
+            ]
+            click.echo(json.dumps([{**asdict(t), "path": str(t.path)} for t in targets] + files, indent=2))
         else:
             for t in targets:
                 click.echo(f"{t.name}: {t.description}")
+            for n, (_, d, _) in FILE_TEMPLATES.items():
+                click.echo(f"{n}: {d}")
+        return
+    if target in FILE_TEMPLATES:
+        copied = copy_file_template(target, directory)
+        if as_json:
+            click.echo(json.dumps({"template": target, "file": str(copied)}, indent=2))
+        else:
+            click.echo(f"written: {copied}")
+            click.echo("next: " + FILE_TEMPLATES[target][2].format(file=shlex.quote(str(copied))))
         return
     if target is None:
         raise BadInput("name a target, e.g. `ars init tiny-lm my-lm` (see `ars init --list`)")
