@@ -236,7 +236,7 @@ def test_check_reports_each_problem_on_one_line(tmp_path):
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(
         "---\nname: Bad_Skill\ndescription: does things\n---\n\n"
-        "Read [the notes](notes.md).\n\n```bash\nars blueprint run x\nars exp start a --bogus 1\n```\n"
+        "Read [the notes](notes.md).\n\n```bash\nars nosuch run x\nars exp start a --bogus 1\n```\n"
     )
     (skill / "evals.json").write_text('[{"id": 1}]')
     result = CliRunner().invoke(cli, ["skills", "check", "--dir", str(tmp_path / "skills")])
@@ -249,7 +249,7 @@ def test_check_reports_each_problem_on_one_line(tmp_path):
         "invalid characters",
         "Do NOT use for",
         "link notes.md does not resolve",
-        "has no command 'blueprint'",
+        "has no command 'nosuch'",
         "has no option --bogus",
         "lacks question",
     ):
