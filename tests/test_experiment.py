@@ -68,7 +68,8 @@ def test_baseline_and_three_experiments_give_four_rows_branches_and_verdict(repo
     experiment(repo, "closer-lr", "0.02")  # 1.1: keep
     experiment(repo, "far-lr", "0.09", parent="baseline")  # 1.6: discard
     last = experiment(repo, "exact-lr", "0.03")  # 1.0: keep, from best (closer-lr)
-    assert last.stdout.strip().splitlines()[-1] == "stop condition met: 4/4 attempted"
+    verdict = last.stdout.strip().splitlines()[-1]  # what is left is kept after a stop
+    assert verdict.startswith("stop condition met: 4/4 attempted, ") and verdict.endswith("m remaining")
 
     table = rows(repo)
     assert [(r.index, r.status) for r in table] == [(0, "keep"), (1, "keep"), (2, "discard"), (3, "keep")]
