@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +12,17 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def ars(cwd: Path, *args: str, code: int | None = 0, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run `ars ARGS` in `cwd`; assert its exit code unless `code` is None."""
+def ars(
+    cwd: Path, *args: str, code: int | None = 0, timeout: float = 120, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run `ars ARGS` in `cwd` (with `env` added); assert its exit code unless `code` is None."""
     result = subprocess.run(
         [sys.executable, "-m", "autoresearch_skills.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **env} if env else None,
     )
     if code is not None:
         assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"

@@ -127,7 +127,7 @@ def test_dirty_tree_is_left_byte_for_byte_intact(repo: Path):
     assert git(repo, "rev-parse", "HEAD") == head_before and git(repo, "branch", "--show-current") == "main"
     table = rows(repo)
     assert [r.metric_value for r in table] == [1.2, 1.1]  # measured the commits, not the user's edits
-    worktree = repo / "reports/auto_research/demo/worktree"
+    worktree = repo / "reports/auto_research/demo/worktrees/wt-1"
     assert git(worktree, "branch", "--show-current") == "autoresearch/t-demo/closer-lr"
     assert "my own unfinished idea" not in git(repo, "show", f"{table[1].commit}:train.py")
 
@@ -150,7 +150,7 @@ def test_ratchet_writes_the_row_before_moving_the_branch_back(repo: Path):
 def test_crash_timeout_and_manual_decision(repo: Path):
     init_campaign(repo, "--decide", "manual", stop="10 experiments")
     assert "decision: pending" in ars(repo, "exp", "baseline").stdout
-    assert "still decide" in ars(repo, "exp", "start", "early", "-m", "m", code=2).stderr
+    assert "no baseline result yet" in ars(repo, "exp", "start", "early", "-m", "m", code=2).stderr
     ars(repo, "exp", "mark", "keep", "--reason", "baseline")
     ars(repo, "exp", "start", "fails", "-m", "exit 3")
     set_constant(repo, "FAIL", "3")

@@ -24,7 +24,7 @@ import os, sys, time
 LR = 0.01               # learning rate
 WIDTH = 64              # model width
 SLEEP = 0.0             # seconds of pretend training
-time.sleep(SLEEP)
+time.sleep(min(SLEEP, float(os.environ.get("SLEEP_CAP", SLEEP))))
 if WIDTH % 2:
     raise SystemExit("WIDTH must be even")
 print("---")
@@ -40,7 +40,7 @@ PATCH_WIDTH = """\
 -WIDTH = 64              # model width
 +WIDTH = 96              # model width
  SLEEP = 0.0             # seconds of pretend training
- time.sleep(SLEEP)
+ time.sleep(min(SLEEP, float(os.environ.get("SLEEP_CAP", SLEEP))))
  if WIDTH % 2:
 """
 
@@ -250,28 +250,18 @@ def test_a_row_written_just_before_a_kill_is_not_written_again(repo: Path):
     # was saved just before the append is the one on disk (kept as the .bak of the last save).
     folder = repo / "reports/auto_research/loop"
     before_record = json.loads((folder / "state.json.bak").read_text())
-    assert before_record["current"]["phase"] == "running" and before_record["current"]["slug"] == "lr-0"
+    assert before_record["experiments"]["lr-0"]["phase"] == "running"
     (folder / "state.json").write_text(json.dumps(before_record))
     ars(repo, "campaign", "resume", "loop")
     assert [Path(r.branch).name for r in rows(repo)] == ["baseline", "lr-0"]
-    assert json.loads((folder / "state.json").read_text())["current"] is None
+    assert json.loads((folder / "state.json").read_text())["experiments"] == {}
 
 
 def test_sigint_with_cancel_records_the_run_and_exits_cleanly(repo: Path):
     path = write_campaign(repo, slow_queue(2, 30.0))
     loop = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "campaign", "run", str(path), "--on-interrupt", "cancel"],
                             cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.time() + 30
-    state_path = repo / "reports/auto_research/loop/state.json"
-    while time.time() < deadline:
-        if (
-            state_path.exists()
-            and (json.loads(state_path.read_text()).get("current") or {}).get("phase") == "running"
-        ):
-            current = json.loads(state_path.read_text())["current"]
-            if current["slug"] == "lr-0":
-                break
-        time.sleep(0.1)
+    wait_for_running(repo, "lr-0")
     loop.send_signal(signal.SIGINT)
     out, err = loop.communicate(timeout=60)
     assert loop.returncode == 0, err
@@ -281,15 +271,15 @@ def test_sigint_with_cancel_records_the_run_and_exits_cleanly(repo: Path):
     assert no_training_processes(repo)
 
 
-def wait_for_running(repo: Path, slug: str, seconds: float = 30) -> dict:
+def wait_for_running(repo: Path, slug: str, seconds: float = 30, not_run: str | None = None) -> dict:
     state_path = repo / "reports/auto_research/loop/state.json"
     deadline = time.time() + seconds
     while time.time() < deadline:
         try:
-            current = json.loads(state_path.read_text()).get("current") or {}
+            current = json.loads(state_path.read_text()).get("experiments", {}).get(slug) or {}
         except (FileNotFoundError, json.JSONDecodeError):
             current = {}
-        if current.get("slug") == slug and current.get("phase") == "running":
+        if current.get("phase") == "running" and current["run"]["run_id"] != not_run:
             return current
         time.sleep(0.05)
     raise AssertionError(f"{slug} never started running")
@@ -334,16 +324,34 @@ def test_tmux_sessions_of_older_runs_are_closed_the_latest_kept(repo: Path):
         tmux.kill_server()
 
 
-def test_resume_records_a_crash_when_the_runner_died_with_the_loop(repo: Path):
-    path = write_campaign(repo, slow_queue(1, 30.0))
+def kill_loop_and_run(repo: Path, path: Path, slug: str, not_run: str | None = None) -> dict:
+    """The machine's worst case: the loop, the run's supervisor and its whole tree die at once."""
     loop = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "campaign", "run", str(path)], cwd=repo,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    run = wait_for_running(repo, "lr-0")["run"]
+    run = wait_for_running(repo, slug, not_run=not_run)["run"]
     loop.send_signal(signal.SIGKILL)
     loop.wait()
-    # The machine's worst case: the run's supervisor and its whole tree die too.
     os.kill(run["extra"]["supervisor_pid"], signal.SIGKILL)
     os.killpg(run["extra"]["pgid"], signal.SIGKILL)
+    return run
+
+
+def test_a_run_whose_runner_died_with_the_loop_is_run_again_not_blamed_on_the_hypothesis(repo: Path):
+    path = write_campaign(repo, slow_queue(1, 30.0))
+    first = kill_loop_and_run(repo, path, "lr-0")
+    out = ars(repo, "campaign", "resume", "loop", env={"SLEEP_CAP": "0.2"}).stdout
+    assert "its runner died; starting it once more" in out
+    table = rows(repo)
+    assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "keep")]
+    assert table[1].log_path != first["log_path"] and Path(first["log_path"]).exists()  # both logs kept
+    assert "run again after its runner died" in table[1].description
+    assert no_training_processes(repo)
+
+
+def test_a_run_whose_runner_dies_twice_is_recorded_as_a_crash(repo: Path):
+    path = write_campaign(repo, slow_queue(1, 30.0))
+    first = kill_loop_and_run(repo, path, "lr-0")
+    kill_loop_and_run(repo, path, "lr-0", not_run=first["run_id"])  # the same file resumes the campaign
     ars(repo, "campaign", "resume", "loop")
     table = rows(repo)
     assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "crash")]

@@ -19,7 +19,7 @@ COMMANDS = {
         "autoresearch_skills.campaign.cli:cli",
         "Campaigns: init, status, the unattended loop (run, resume).",
     ),
-    "exp": ("autoresearch_skills.campaign.experiment:cli", "Experiments: baseline, start, commit, run, mark."),
+    "exp": ("autoresearch_skills.campaign.exp_cli:cli", "Experiments: baseline, start, commit, run (--detach), wait, cancel, mark."),
     "stop": (
         "autoresearch_skills.stoprule:cli",
         "Stop rules: parse plain words; check them against a ledger.",

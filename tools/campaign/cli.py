@@ -11,6 +11,7 @@ import click
 from autoresearch_skills.campaign.store import LAUNCHERS, PRESETS, create, find, status_facts
 from autoresearch_skills.errors import run_cli
 
+
 @click.group("campaign")
 def cli() -> None:
     """Campaigns: settings, ledger and state for one research objective.
@@ -71,6 +72,13 @@ def cli() -> None:
     show_default=True,
     help="tmux sessions of the latest finished runs left open; older ones are closed (logs stay)",
 )
+@click.option("--parallel", type=click.IntRange(min=1), help="experiments in flight at once (default 1)")
+@click.option(
+    "--gpus", help='device pool, e.g. "0-7" or "0,1,2,3": each run gets its own CUDA_VISIBLE_DEVICES'
+)
+@click.option(
+    "--gpus-per-run", type=click.IntRange(min=1), help="GPUs per run (from the pool, or asked of Slurm)"
+)
 @click.option(
     "--dir",
     "folder",
@@ -93,6 +101,9 @@ def init_cmd(
     keep_ties,
     tmux_socket,
     keep_sessions,
+    parallel,
+    gpus,
+    gpus_per_run,
     folder,
     as_json,
 ) -> None:
@@ -107,13 +118,15 @@ def init_cmd(
           --stop "24 experiments or 6h total, 10m each" --command "uv run train.py" --launcher tmux
       ars campaign init rl-reward --metric validation/accuracy --direction max \\
           --preset nemo-rl --command "bash run_grpo.sh" --stop "10 experiments"
+      ars campaign init gpu-sweep --metric val_bpb --direction min --command "python train.py" \\
+          --launcher tmux --gpus 0-7 --gpus-per-run 2 --stop "40 experiments or 12h total, 30m each"
     """
     from autoresearch_skills import gitflow
 
     campaign = create(
         name, metric, direction, command, stop_text=stop_text, prefix=prefix, launcher=launcher, preset=preset,
         folder=folder, strategy=strategy, worktrees=worktrees, decide=decide, keep_ties=keep_ties, tmux_socket=tmux_socket,
-        keep_sessions=keep_sessions,
+        keep_sessions=keep_sessions, parallel=parallel, gpus=gpus, gpus_per_run=gpus_per_run,
     )  # fmt: skip
     s = campaign.settings
     tree = gitflow.tree_state(s.repo)
@@ -128,7 +141,8 @@ def init_cmd(
         "stop_rules": campaign.settings.stop_rules().describe(),
         "deadline": s.stop.get("deadline", "none"),
         "working_tree": tree.summary(),
-        "isolation": _isolation(s.worktrees, tree),
+        "isolation": _isolation(s.worktrees, tree, s.pool().parallel),
+        "pool": s.pool().describe(),
         "next": "ars exp baseline",
     }
     if as_json:
@@ -139,7 +153,9 @@ def init_cmd(
             click.echo(f"{key}: {line}")
 
 
-def _isolation(worktrees: str, tree) -> str:
+def _isolation(worktrees: str, tree, parallel: int = 1) -> str:
+    if parallel > 1:
+        return "each experiment in flight runs in its own git worktree under the campaign folder"
     if worktrees == "always" or (worktrees == "auto" and tree.dirty_tracked):
         return "experiments run in git worktrees (your uncommitted changes stay untouched)"
     if tree.dirty_tracked:
@@ -151,7 +167,7 @@ def _isolation(worktrees: str, tree) -> str:
 @click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
 @click.option("--json", "as_json", is_flag=True)
 def status_cmd(ref: str | None, as_json: bool) -> None:
-    """Attempted and remaining, best so far, current branch, running experiment, verdict.
+    """Attempted and remaining, best so far, every experiment in flight, the queue, verdict.
 
     Exit 0 while the campaign should go on, 1 once a stop condition is met.
 
@@ -165,9 +181,15 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
         click.echo(json.dumps(facts, indent=2, default=str))
     else:
         for key in ("name", "folder", "metric", "direction", "stop_rules", "deadline", "attempted",
-                    "remaining_experiments", "remaining_time", "best", "latest", "current_branch", "running"):  # fmt: skip
+                    "remaining_experiments", "remaining_time", "best", "latest", "current_branch", "pool"):  # fmt: skip
             value = facts[key]
             click.echo(f"{key}: {value if value is not None else '-'}")
+        for item in facts["in_flight"]:
+            click.echo(f"in_flight: {item['line']}")
+        if not facts["in_flight"]:
+            click.echo("in_flight: -")
+        if facts["queue"]:
+            click.echo(f"queue: {', '.join(facts['queue'])}")
         if facts.get("paused"):
             click.echo(f"paused: {facts['paused']}")
         if facts["pending_decision"]:

@@ -1,123 +1,230 @@
-"""The experiment lifecycle: baseline, start (branch), commit (hypothesis), run (timeout,
-metric, one ledger row, verdict), mark (the agent's own decision).
+"""The experiment lifecycle: baseline, start (branch and workdir), commit (hypothesis, fix-ups),
+launch (onto a slot of the pool), judge, record (one ledger row), mark (the agent's own decision).
 
 Each attempt ends in exactly one ledger row. What is in flight lives in the campaign's
-state.json under `current`, with a phase:
+state.json under `experiments` (key -> record; the key is the slug, or `<slug>~<n>` for a rerun
+or a retry of the same branch), each with a phase:
     opening  intent saved, branch being created (completed by the next command if interrupted)
-    open     branch created, the agent edits and commits
-    running  the run was launched (its launcher record is kept, so a new process can adopt it)
+    open     branch checked out in its workdir; the agent edits and commits
+    queued   asked to run, waiting for a free slot (the next scheduler tick launches it)
+    running  launched onto a slot (its launcher record is kept, so a new process can adopt it)
     decide   finished under `--decide manual`; `ars exp mark` writes the row
+A record leaves state.json only after its row is in the ledger; the row's place is saved first
+(`row_at`), so a process killed between the two never writes the row twice.
+
+Workdirs: the first experiment of a serial campaign (`parallel: 1`) runs in the user's checkout
+when it is clean; every other experiment gets a git worktree under the campaign folder
+(`worktrees/wt-<n>`), reused by the next experiment once its row is written. Which worktree is
+held is read from the in-flight records, never kept apart, so a crash cannot leak one.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
 import click
 
-from autoresearch_skills.campaign.store import Campaign, find
-from autoresearch_skills.clock import format_duration, now, now_iso, parse_duration, parse_iso
-from autoresearch_skills.errors import BadInput, run_cli
+from autoresearch_skills.campaign.store import LAUNCHED, Campaign
+from autoresearch_skills.clock import format_duration, now_iso, parse_iso
+from autoresearch_skills.errors import BadInput
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
-PROGRESS_EVERY = 30.0  # seconds between progress lines while a run is waited on
+OPEN = ("opening", "open")
+
+
+class StopConditionMet(click.ClickException):
+    exit_code = 1
+
+
+# ---------------------------------------------------------------- the in-flight set
+
+
+def experiments(state: dict) -> dict[str, dict]:
+    return state.setdefault("experiments", {})
+
+
+def select(state: dict, ref: str | None, phases: tuple[str, ...], verb: str = "act on") -> dict:
+    """The in-flight experiment `ref` names (key, slug or branch), or the only one in `phases`."""
+    candidates = [e for e in experiments(state).values() if e.get("phase") in phases]
+    if ref:
+        named = [e for e in experiments(state).values() if ref in (e["key"], e["slug"], e["branch"])]
+        if not named and ref.startswith("#"):
+            raise BadInput(f"{ref} is a ledger row, not an experiment in flight; see `ars exp rerun {ref}`")
+        if not named:
+            raise BadInput(f"no experiment {ref!r} in flight; see `ars campaign status`")
+        found = [e for e in named if e.get("phase") in phases] or named
+        experiment = found[-1]
+        if experiment.get("phase") not in phases:
+            raise BadInput(
+                f"experiment {experiment['key']!r} is {experiment['phase']}, not {' or '.join(phases)}"
+            )
+        return experiment
+    if not candidates:
+        if not experiments(state):
+            raise BadInput(
+                "no open experiment; start one with `ars exp start SLUG -m HYPOTHESIS` (or `ars exp baseline`)"
+            )
+        listed = ", ".join(f"{e['key']} ({e['phase']})" for e in experiments(state).values())
+        raise BadInput(f"no experiment is {' or '.join(phases)} (in flight: {listed})")
+    if len(candidates) > 1:
+        listed = ", ".join(e["key"] for e in candidates)
+        raise BadInput(f"several experiments are {' or '.join(phases)} ({listed}): name the one to {verb}")
+    return candidates[0]
+
+
+def settled_state(campaign: Campaign) -> dict:
+    """The campaign state, with interrupted openings completed first."""
+    state = campaign.load_state()
+    for experiment in list(experiments(state).values()):
+        if experiment.get("phase") == "opening":
+            _finish_opening(campaign, state, experiment)
+    return state
+
+
+def _unique_key(state: dict, slug: str) -> str:
+    taken = set(experiments(state))
+    if slug not in taken:
+        return slug
+    n = 2
+    while f"{slug}~{n}" in taken:
+        n += 1
+    return f"{slug}~{n}"
 
 
 # ---------------------------------------------------------------- workspace and branches
 
 
-def _check_isolation(campaign: Campaign) -> bool:
-    """Whether experiments must run in the campaign's worktree; refuses (before anything is
-    created) a dirty tree when worktrees are off."""
+def _check_isolation(campaign: Campaign) -> None:
+    """Refuse, before anything is created, what worktrees: off cannot isolate."""
     from autoresearch_skills import gitflow
 
+    if campaign.settings.worktrees != "off":
+        return
     tree = gitflow.tree_state(campaign.repo)
-    if campaign.settings.worktrees == "off" and tree.dirty_tracked:
+    if tree.dirty_tracked:
         raise BadInput(
             f"{campaign.repo} has uncommitted changes ({tree.summary()}); commit them yourself, "
             "or allow worktrees (`worktrees: auto` in campaign.yaml) so experiments run beside them"
         )
-    return campaign.settings.worktrees == "always" or tree.dirty_tracked
+    if campaign.settings.pool().parallel > 1:
+        raise BadInput("parallel experiments need worktrees: set `worktrees: auto` (or parallel: 1)")
 
 
-def _workdir(campaign: Campaign, branch: str) -> Path:
-    """Check `branch` out where the experiment may edit it: in place when the user's tree is
-    clean, else in the campaign's own worktree (their changes are never touched)."""
+def _in_place_allowed(campaign: Campaign, state: dict, key: str) -> bool:
     from autoresearch_skills import gitflow
 
-    repo = campaign.repo
-    if _check_isolation(campaign):
-        worktree = campaign.folder / "worktree"
-        if not (worktree / ".git").exists():
-            gitflow.add_worktree(repo, worktree, branch)
-            return worktree
-        if gitflow.tree_state(worktree).dirty_tracked:
-            raise BadInput(
-                f"the campaign worktree {worktree} has uncommitted changes; commit or discard them first"
-            )
-        gitflow.switch(worktree, branch)
+    s = campaign.settings
+    if s.worktrees == "always" or s.pool().parallel > 1:
+        return False
+    if any(e.get("workdir") == str(campaign.repo) for k, e in experiments(state).items() if k != key):
+        return False
+    return not gitflow.tree_state(campaign.repo).dirty_tracked
+
+
+def worktrees_dir(campaign: Campaign) -> Path:
+    return campaign.folder / "worktrees"
+
+
+def _free_worktree(campaign: Campaign, state: dict, key: str) -> Path | None:
+    held = {e.get("workdir") for k, e in experiments(state).items() if k != key}
+    root = worktrees_dir(campaign)
+    for path in sorted(root.glob("wt-*"), key=lambda p: int(p.name[3:]) if p.name[3:].isdigit() else 0):
+        if (path / ".git").exists() and str(path) not in held:
+            return path
+    return None
+
+
+def _workdir(campaign: Campaign, state: dict, experiment: dict) -> Path:
+    """Check the experiment out where it may edit and run it: in place, or in a worktree of the
+    campaign's own (the user's uncommitted changes are never touched)."""
+    from autoresearch_skills import gitflow
+
+    checkout = experiment.get("checkout") or experiment["branch"]
+    if _in_place_allowed(campaign, state, experiment["key"]):
+        gitflow.switch(campaign.repo, checkout)
+        return campaign.repo
+    worktree = experiment.get("workdir")
+    if worktree and Path(worktree) != campaign.repo and (Path(worktree) / ".git").exists():
+        worktree = Path(worktree)  # an opening interrupted after its worktree was made
+    else:
+        worktree = _free_worktree(campaign, state, experiment["key"])
+    if worktree is None:
+        used = {p.name for p in worktrees_dir(campaign).glob("wt-*")}
+        n = 1
+        while f"wt-{n}" in used:
+            n += 1
+        worktree = worktrees_dir(campaign) / f"wt-{n}"
+        experiment["workdir"] = str(worktree)  # held from now on, even if this process dies
+        campaign.save_state(state)
+        gitflow.add_worktree(campaign.repo, worktree, checkout)
         return worktree
-    gitflow.switch(repo, branch)
-    return repo
+    if gitflow.tree_state(worktree).dirty_tracked:
+        raise BadInput(
+            f"the campaign worktree {worktree} has uncommitted changes; commit or discard them first"
+        )
+    gitflow.switch(worktree, checkout)
+    return worktree
+
+
+def remove_worktrees(campaign: Campaign) -> list[Path]:
+    """Remove the campaign's worktrees that no experiment holds (every result stays on its
+    branch); a worktree with uncommitted tracked changes is left for a person to look at."""
+    from autoresearch_skills import gitflow
+
+    state = campaign.load_state()
+    held = {e.get("workdir") for e in experiments(state).values()}
+    removed = []
+    for path in sorted(worktrees_dir(campaign).glob("wt-*")):
+        if str(path) in held or not (path / ".git").exists():
+            continue
+        if gitflow.tree_state(path).dirty_tracked:
+            continue
+        gitflow.git(campaign.repo, "worktree", "remove", "--force", str(path), check=False)
+        if not path.exists():
+            removed.append(path)
+    gitflow.git(campaign.repo, "worktree", "prune", check=False)
+    return removed
 
 
 def _open(campaign: Campaign, state: dict, intent: dict) -> dict:
     """Open an experiment in two durable steps: first the intent (phase `opening`) is saved,
     then the branch is created and checked out. A process killed in between leaves an
     intent that `settled_state` completes, so no branch is ever orphaned or made twice."""
-    state["current"] = {**intent, "phase": "opening", "commits": intent.get("commits", [])}
+    key = _unique_key(state, intent["slug"])
+    experiment = {**intent, "key": key, "phase": "opening", "commits": intent.get("commits", [])}
+    experiments(state)[key] = experiment
     campaign.save_state(state)
-    return _finish_opening(campaign, state)
+    return _finish_opening(campaign, state, experiment)
 
 
-def _finish_opening(campaign: Campaign, state: dict) -> dict:
+def _finish_opening(campaign: Campaign, state: dict, experiment: dict) -> dict:
     from autoresearch_skills import gitflow
 
-    current = state["current"]
-    if not gitflow.branch_exists(campaign.repo, current["branch"]):
-        gitflow.create_branch(campaign.repo, current["branch"], current["branch_start"])
-    workdir = _workdir(campaign, current["branch"])
-    current.update(
+    if not gitflow.branch_exists(campaign.repo, experiment["branch"]):
+        gitflow.create_branch(campaign.repo, experiment["branch"], experiment["branch_start"])
+    workdir = _workdir(campaign, state, experiment)
+    experiment.update(
         workdir=str(workdir), snapshot=gitflow.untracked_snapshot(workdir), phase="open", opened_at=now_iso()
     )
     campaign.save_state(state)
-    return current
-
-
-def settled_state(campaign: Campaign) -> dict:
-    """The campaign state, with an interrupted opening completed first."""
-    state = campaign.load_state()
-    if (state.get("current") or {}).get("phase") == "opening":
-        _finish_opening(campaign, state)
-    return state
-
-
-def _require_no_open(state: dict) -> None:
-    current = state.get("current")
-    if current:
-        raise BadInput(
-            f"experiment {current['slug']!r} is still {current['phase']}; run it (`ars exp run`) "
-            "or record it (`ars exp mark cancelled --reason ...`) before starting another"
-        )
+    return experiment
 
 
 def start_baseline(campaign: Campaign) -> dict:
     from autoresearch_skills import gitflow
 
     state = settled_state(campaign)
-    _require_no_open(state)
     _check_isolation(campaign)
     branch = f"{campaign.settings.prefix}/baseline"
-    if gitflow.branch_exists(campaign.repo, branch):
+    if gitflow.branch_exists(campaign.repo, branch) or "baseline" in experiments(state):
         raise BadInput(f"{branch} already exists: the baseline was started before; see `ars campaign status`")
     head = gitflow.head_commit(campaign.repo)
-    commit = gitflow.empty_commit(campaign.repo, head, gitflow.BASELINE_MESSAGE)
-    intent = {"slug": "baseline", "description": "baseline", "branch": branch, "branch_start": commit}
+    commit_sha = gitflow.empty_commit(campaign.repo, head, gitflow.BASELINE_MESSAGE)
+    intent = {"slug": "baseline", "description": "baseline", "branch": branch, "branch_start": commit_sha}
     return _open(
-        campaign, state, {**intent, "parent_ref": "HEAD", "parent_commit": head, "commits": [commit]}
+        campaign, state, {**intent, "parent_ref": "HEAD", "parent_commit": head, "commits": [commit_sha]}
     )
 
 
@@ -134,7 +241,6 @@ def start(
 
     s = campaign.settings
     state = settled_state(campaign)
-    _require_no_open(state)
     _check_isolation(campaign)
     rows = campaign.rows()
     if s.require_baseline and not skip_baseline_check and not rows:
@@ -143,6 +249,10 @@ def start(
     if slug == "baseline":
         raise BadInput("`baseline` is reserved; use `ars exp baseline`")
     if s.strategy == "ratchet":
+        if experiments(state):
+            raise BadInput(
+                "the ratchet keeps one branch: record the experiment in flight before starting another"
+            )
         branch = f"{s.prefix}/ratchet"
         ratchet_exists = gitflow.branch_exists(campaign.repo, branch)
         parent_commit = (
@@ -152,7 +262,7 @@ def start(
         )
     else:
         branch = f"{s.prefix}/{slug}"
-        if gitflow.branch_exists(campaign.repo, branch):
+        if gitflow.branch_exists(campaign.repo, branch) or slug in experiments(state):
             raise BadInput(f"branch {branch} already exists; pick another slug (every branch is kept)")
         parent_commit = resolve_parent(campaign, parent, rows)
     intent = {"slug": slug, "description": description, "branch": branch, "branch_start": parent_commit}
@@ -175,35 +285,29 @@ def resolve_parent(campaign: Campaign, parent: str, rows: list) -> str:
     return gitflow.resolve(campaign.repo, parent)
 
 
-def commit(campaign: Campaign, message: str | None = None) -> str:
+def commit(campaign: Campaign, ref: str | None = None, message: str | None = None) -> str:
     """Stage only the experiment's changed files and commit them (hypothesis, then fix-ups)."""
-    from autoresearch_skills import gitflow
 
     state = settled_state(campaign)
-    current = _current(state, phases=("open",))
-    workdir = Path(current["workdir"])
-    paths = gitflow.changed_paths(workdir, current["snapshot"])
-    hypothesis = not any(c for c in current["commits"] if current["slug"] != "baseline")
-    text = (message or current["description"]) if hypothesis else f"fix-up: {message or 'follow-up change'}"
+    experiment = select(state, ref, phases=("open",), verb="commit")
+    return _commit(campaign, state, experiment, message)
+
+
+def _commit(campaign: Campaign, state: dict, experiment: dict, message: str | None = None) -> str:
+    from autoresearch_skills import gitflow
+
+    workdir = Path(experiment["workdir"])
+    paths = gitflow.changed_paths(workdir, experiment["snapshot"])
+    first = experiment["slug"] == "baseline" or not experiment["commits"]  # later ones are fix-ups
+    text = (message or experiment["description"]) if first else f"fix-up: {message or 'follow-up change'}"
     sha = gitflow.commit_paths(workdir, paths, text)
-    current["commits"].append(sha)
-    current["snapshot"] = gitflow.untracked_snapshot(workdir)
+    experiment["commits"].append(sha)
+    experiment["snapshot"] = gitflow.untracked_snapshot(workdir)
     campaign.save_state(state)
     return sha
 
 
-def _current(state: dict, phases: tuple[str, ...]) -> dict:
-    current = state.get("current")
-    if not current:
-        raise BadInput(
-            "no open experiment; start one with `ars exp start SLUG -m HYPOTHESIS` (or `ars exp baseline`)"
-        )
-    if current["phase"] not in phases:
-        raise BadInput(f"experiment {current['slug']!r} is {current['phase']}, not {' or '.join(phases)}")
-    return current
-
-
-# ---------------------------------------------------------------- running
+# ---------------------------------------------------------------- launching
 
 
 def launcher_for(campaign: Campaign):
@@ -213,116 +317,186 @@ def launcher_for(campaign: Campaign):
     return get_launcher(campaign.settings.launcher, **options)
 
 
-def launch(campaign: Campaign, timeout: float | None = None, force: bool = False) -> dict:
-    """Commit pending edits, check the stop rules, and start the run. Returns `current`."""
+def request_run(
+    campaign: Campaign, ref: str | None = None, timeout: float | None = None, force: bool = False
+) -> dict:
+    """Commit pending edits, check the stop rules, and ask for a slot: the experiment is
+    launched at once when one is free, else queued (phase `queued`). Returns the experiment."""
+    from autoresearch_skills import gitflow
+
+    with campaign.lock():
+        state = settled_state(campaign)
+        experiment = select(state, ref, phases=("open",), verb="run")
+        workdir = Path(experiment["workdir"])
+        if gitflow.changed_paths(workdir, experiment["snapshot"]):
+            _commit(campaign, state, experiment)
+        if experiment["slug"] != "baseline" and not experiment["commits"] and not experiment.get("rerun_of"):
+            raise BadInput(
+                f"experiment {experiment['key']!r} has no change yet: edit files for the hypothesis, then run"
+            )
+        verdict = campaign.verdict(state=state, exclude=experiment["key"])
+        if not force and not verdict.may_start():
+            raise StopConditionMet(verdict.line)
+        experiment.update(phase="queued", queued_at=now_iso(), requested_timeout=timeout, forced=force)
+        campaign.save_state(state)
+        launch_queued(campaign)
+        return settled_state(campaign)["experiments"][experiment["key"]]
+
+
+def launch_queued(campaign: Campaign) -> list[dict]:
+    """Start queued experiments, oldest first, while the pool has free slots."""
+    started = []
+    with campaign.lock():
+        state = settled_state(campaign)
+        pool = campaign.settings.pool()
+        for experiment in list(experiments(state).values()):
+            if experiment.get("phase") != "queued":
+                continue
+            grant = pool.grant(
+                [e for e in experiments(state).values() if e.get("phase") in ("running", "decide")]
+            )
+            if grant is None:
+                break
+            _start_run(campaign, state, experiment, grant)
+            started.append(experiment)
+    return started
+
+
+def _start_run(campaign: Campaign, state: dict, experiment: dict, grant) -> None:
     from autoresearch_skills import gitflow
     from autoresearch_skills.launch.base import Run, RunSpec, state_path_for
 
-    state = settled_state(campaign)
-    current = _current(state, phases=("open",))
-    workdir = Path(current["workdir"])
-    if gitflow.changed_paths(workdir, current["snapshot"]):
-        commit(campaign)
-        state = settled_state(campaign)
-        current = state["current"]
-    if current["slug"] != "baseline" and not current["commits"]:
-        raise BadInput(
-            f"experiment {current['slug']!r} has no change yet: edit files for the hypothesis, then run"
-        )
-    verdict = campaign.verdict()
-    if not verdict.should_continue and not force:
-        raise StopConditionMet(verdict.line)
+    s = campaign.settings
+    verdict = campaign.verdict(state=state, exclude=experiment["key"])
     limits = [
-        t for t in (campaign.settings.stop_rules().per_run_timeout, timeout, verdict.remaining_seconds) if t
+        t
+        for t in (
+            s.stop_rules().per_run_timeout,
+            experiment.get("requested_timeout"),
+            verdict.remaining_seconds,
+        )
+        if t
     ]
     run_timeout = min(limits) if limits else DEFAULT_RUN_TIMEOUT
-    index = len(campaign.rows())
-    log_path = campaign.folder / "runs" / f"{index:03d}-{current['slug']}" / "run.log"
+    workdir = Path(experiment["workdir"])
+    if experiment.get("log_path"):  # a launch interrupted before state.json said `running`
+        log_path = Path(experiment["log_path"])
+    else:
+        state["launches"] = state.get("launches", 0) + 1
+        log_path = (
+            campaign.folder
+            / "runs"
+            / f"{state['launches']:03d}-{experiment['key'].replace('~', '-')}"
+            / "run.log"
+        )
+        experiment.update(log_path=str(log_path), slot=grant.slot, devices=list(grant.devices))
+        campaign.save_state(state)  # slot, devices and log are held before anything starts
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {
+        "ARS_CAMPAIGN": s.name,
+        "ARS_EXPERIMENT": experiment["key"],
+        "ARS_SLOT": str(experiment["slot"]),
+        "PYTHONUNBUFFERED": "1",
+    }
+    pool = s.pool()
+    if pool.pins_devices:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in experiment["devices"])
+    resources = {k: str(v) for k, v in (("partition", s.partition), ("mem", s.mem), ("cpus", s.cpus)) if v}
+    if pool.slurm_gpus:
+        resources["gpus"] = str(pool.slurm_gpus)
     spec = RunSpec(
-        command=campaign.settings.command,
+        command=s.command,
         log_path=log_path,
         cwd=workdir,
-        env={
-            "ARS_CAMPAIGN": campaign.settings.name,
-            "ARS_EXPERIMENT": current["slug"],
-            "PYTHONUNBUFFERED": "1",
-        },
+        env=env,
         timeout=run_timeout,
-        name=f"{campaign.settings.name}-{current['slug']}",
+        name=f"{s.name}-{experiment['key'].replace('~', '-')}",
+        resources=resources,
     )
     run_file = state_path_for(log_path)
     # A launcher record without a `running` phase: the process that launched it died before
     # saving state.json. Adopt that run rather than start the same attempt twice.
     run = Run.load(run_file) if run_file.exists() else launcher_for(campaign).start(spec)
-    current.update(
+    experiment.update(
         phase="running",
         commit=gitflow.head_commit(workdir),
         run=asdict(run),
         started_at=run.started_at,
         timeout=run_timeout,
+        deadline_bound=bool(verdict.remaining_seconds and run_timeout == verdict.remaining_seconds),
+        gpus=len(experiment.get("devices") or ()) or pool.slurm_gpus,
     )
     campaign.save_state(state)
     from autoresearch_skills.memory import note_event
 
     note_event(
-        f"run started: {current['branch']} ({format_duration(run_timeout)} limit, log {log_path})",
+        f"run started: {experiment['branch']} ({format_duration(run_timeout)} limit, log {log_path})",
         campaign.repo,
     )
-    return current
 
 
-class StopConditionMet(click.ClickException):
-    exit_code = 1
+def relaunch(campaign: Campaign, key: str, why: str) -> dict:
+    """Start a lost run once more, on the same commit and slot: the runner died (the machine,
+    the orchestrator or a person's kill), not the hypothesis."""
+    with campaign.lock():
+        state = settled_state(campaign)
+        experiment = experiments(state)[key]
+        lost = experiment.get("lost_runs", []) + [experiment["run"]["log_path"]]
+        for name in ("run", "log_path", "started_at", "result"):
+            experiment.pop(name, None)
+        experiment.update(phase="queued", lost_runs=lost, relaunched_because=why)
+        campaign.save_state(state)
+    launch_queued(campaign)
+    return experiment
 
 
-def wait(campaign: Campaign, progress=None):
-    """Wait for the running experiment (also one started by a process that died)."""
+def cancel(campaign: Campaign, key: str, status: str = "cancelled", reason: str = "cancelled"):
+    """Cancel the experiment's run (its whole process tree) and keep its result for the row."""
     from autoresearch_skills.launch.base import Run
 
-    current = _current(settled_state(campaign), phases=("running",))
-    run = Run(**current["run"])
-    launcher = launcher_for(campaign)
-    begun = parse_iso(current["started_at"])
-    while True:
-        state = launcher.wait(run, PROGRESS_EVERY)
-        if state.finished:
-            return state
-        if progress:
-            elapsed = (now() - begun).total_seconds()
-            progress(elapsed, current["timeout"] - elapsed)
+    with campaign.lock():
+        state = settled_state(campaign)
+        experiment = experiments(state)[key]
+        if experiment.get("phase") != "running":
+            return None
+        run_state = launcher_for(campaign).cancel(Run(**experiment["run"]))
+        experiment["result"] = judge(campaign, experiment, run_state)
+        if run_state.name != "exited":  # ended by us: say why, in the words of the caller
+            experiment["result"].update(status=status, reason=reason)
+        campaign.save_state(state)
+        return run_state
 
 
-def cancel(campaign: Campaign):
-    """Cancel the running experiment's run and keep its result (metric, if any) for the row."""
-    from autoresearch_skills.launch.base import Run
-
-    state = settled_state(campaign)
-    current = _current(state, phases=("running",))
-    run_state = launcher_for(campaign).cancel(Run(**current["run"]))
-    current["result"] = judge(campaign, current, run_state)
-    campaign.save_state(state)
-    return run_state
+# ---------------------------------------------------------------- judging and recording
 
 
-def judge(campaign: Campaign, current: dict, run_state) -> dict:
+def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
     """Turn a finished run into a result: status, metric, memory, elapsed, reason."""
     from autoresearch_skills import ledger, metrics
+    from autoresearch_skills.launch.base import Run
 
     s = campaign.settings
-    log_path = current["run"]["log_path"]
+    log_path = experiment["run"]["log_path"]
     samples = _safe_extract(metrics, log_path, s.preset, s.metric)
     memory = _safe_extract(metrics, log_path, s.preset, "peak_vram_mb")
+    # A run reaped later than it ended (detached, or adopted after a crash) keeps its own end time.
+    ended_at = Run(**experiment["run"]).reload().ended_at or now_iso()
+    elapsed = (parse_iso(ended_at) - parse_iso(experiment["started_at"])).total_seconds()
     result = {
         "metric_value": samples[-1].value if samples else None,
         "memory_gb": round(memory[-1].value / 1024, 1) if memory else 0.0,
         "exit_code": run_state.exit_code,
         "state": run_state.name,
-        "ended_at": now_iso(),
-        "elapsed_min": round((now() - parse_iso(current["started_at"])).total_seconds() / 60, 2),
+        "ended_at": ended_at,
+        "elapsed_min": round(max(0.0, elapsed) / 60, 2),
     }
-    if run_state.name == "timeout":
-        status, reason = "timeout", f"killed at the {format_duration(current['timeout'])} limit"
+    if run_state.name == "timeout" and experiment.get("deadline_bound"):
+        status, reason = (
+            "cancelled",
+            f"the campaign deadline came {format_duration(experiment['timeout'])} into the run",
+        )
+    elif run_state.name == "timeout":
+        status, reason = "timeout", f"killed at the {format_duration(experiment['timeout'])} limit"
     elif run_state.name == "cancelled":
         status, reason = "cancelled", "cancelled"
     elif run_state.name == "lost":
@@ -371,10 +545,32 @@ def _last_error(log_path: str) -> str:
     return f"; {last[:200]}" if last else ""
 
 
-def record(campaign: Campaign, status: str | None = None, reason: str | None = None):
-    """Write the attempt's one ledger row, then (ratchet) move the branch back if not kept."""
+def finish(campaign: Campaign, key: str, run_state, run_id: str, reported: bool = True):
+    """Judge the finished run `run_id` of experiment `key`; write its row unless the campaign
+    decides manually. Returns (result, row or None), or None when another command recorded it.
+    `reported`: the caller shows the row; else `ars exp wait` will."""
     with campaign.lock():
-        row = _record(campaign, status, reason)
+        state = settled_state(campaign)
+        experiment = experiments(state).get(key) or {}
+        if experiment.get("phase") != "running" or experiment.get("run", {}).get("run_id") != run_id:
+            return None
+        result = experiment.get("result") or judge(campaign, experiment, run_state)
+        experiment["result"] = result
+        manual = campaign.settings.decide == "manual" and result["status"] in ("keep", "discard")
+        experiment["phase"] = "decide" if manual else "running"
+        campaign.save_state(state)
+        if manual:
+            return result, None
+        return result, record(campaign, key, reported=reported)
+
+
+def record(
+    campaign: Campaign, key: str, status: str | None = None, reason: str | None = None, reported: bool = True
+):
+    """Write the attempt's one ledger row, then (ratchet) move the branch back if not kept.
+    `reported`: the caller shows the row; else it waits in state.json for `ars exp wait`."""
+    with campaign.lock():
+        row = _record(campaign, key, status, reason, reported)
     try:
         close_old_sessions(campaign)
     except (OSError, subprocess.SubprocessError) as err:  # housekeeping never fails a recorded attempt
@@ -408,50 +604,55 @@ def close_old_sessions(campaign: Campaign) -> int:
     return closed
 
 
-def _record(campaign: Campaign, status: str | None, reason: str | None):
+def _record(campaign: Campaign, key: str, status: str | None, reason: str | None, reported: bool):
     from autoresearch_skills import gitflow
     from autoresearch_skills.memory import note_event
 
     state = settled_state(campaign)
-    current = _current(state, phases=("decide", "running", "open"))
-    result = current.get("result") or {}
+    experiment = experiments(state)[key]
+    result = experiment.get("result") or {}
     status = status or result["status"]
     s = campaign.settings
-    text = current["description"]
+    text = experiment["description"]
+    if experiment.get("lost_runs"):
+        text = f"{text} (run again after its runner died: {experiment.get('relaunched_because', 'run lost')})"
     if reason or status not in ("keep", "discard"):  # say why whenever it is not the plain comparison
         text = f"{text} [{status}: {reason or result.get('reason', 'no result')}]"
     rows = campaign.rows()
-    written = current.get("row_at")
-    if written is not None and len(rows) > written:
+    written = experiment.get("row_at")
+    if written is not None and len(rows) > written and rows[written].branch == experiment["branch"]:
         # Killed after appending the row, before state.json forgot the attempt: it has its row.
         row = rows[written]
     else:
-        current["row_at"] = len(rows)  # where this attempt's row goes (appends hold the lock)
+        experiment["row_at"] = len(rows)  # where this attempt's row goes (appends hold the lock)
         campaign.save_state(state)
-        row = _append_row(campaign, current, result, status, text)
+        row = _append_row(campaign, experiment, result, status, text)
     # The row is durable before any branch moves (ratchet) or the state forgets the run.
-    if s.strategy == "ratchet" and status != "keep" and current["slug"] != "baseline":
-        gitflow.move_branch_back(current["workdir"], current["parent_commit"])
-    state["current"] = None
-    state["last"] = {"index": row.index, "slug": current["slug"], "status": status}
+    if s.strategy == "ratchet" and status != "keep" and experiment["slug"] != "baseline":
+        gitflow.move_branch_back(experiment["workdir"], experiment["parent_commit"])
+    del experiments(state)[key]
+    state["last"] = {"index": row.index, "slug": experiment["slug"], "status": status}
+    if not reported:  # a detached run reaped by another command: `ars exp wait` shows it
+        state["unreported"] = [*state.get("unreported", []), row.index][-100:]
     campaign.save_state(state)
     note_event(
-        f"result #{row.index} {current['slug']}: {status} {s.metric} {row.metric_value:.6f}", campaign.repo
+        f"result #{row.index} {experiment['key']}: {status} {s.metric} {row.metric_value:.6f}", campaign.repo
     )
     return row
 
 
-def _append_row(campaign: Campaign, current: dict, result: dict, status: str, text: str):
+def _append_row(campaign: Campaign, experiment: dict, result: dict, status: str, text: str):
     from autoresearch_skills import ledger
 
     s = campaign.settings
-    run = current.get("run") or {}
+    run = experiment.get("run") or {}
+    commits = experiment["commits"]
     return ledger.append(
         campaign.ledger,
         ledger.Row(
-            branch=current["branch"],
-            parent_commit=current.get("parent_commit", ""),
-            commit=current.get("commit", current["commits"][-1] if current["commits"] else ""),
+            branch=experiment["branch"],
+            parent_commit=experiment.get("parent_commit", ""),
+            commit=experiment.get("commit", commits[-1] if commits else ""),
             recipe=s.command,
             metric_name=s.metric,
             metric_value=(result.get("metric_value") or 0.0) if status in ("keep", "discard") else 0.0,
@@ -463,236 +664,15 @@ def _append_row(campaign: Campaign, current: dict, result: dict, status: str, te
             log_path=run.get("log_path", ""),
             status=status,
             description=text,
-            started_at=current.get("started_at", current["opened_at"]),
+            started_at=experiment.get("started_at", experiment["opened_at"]),
             ended_at=result.get("ended_at", now_iso()),
+            rerun_of=str(experiment.get("rerun_of", "")),
+            retry_of=str(experiment.get("retry_of", "")),
+            gpus=str(experiment.get("gpus") or ""),
+            devices=",".join(str(d) for d in experiment.get("devices") or ()),
         ),
     )
 
 
-def finish(campaign: Campaign, run_state, run_id: str) -> tuple[dict, object | None] | None:
-    """Judge the finished run `run_id`; write its row unless the campaign decides manually.
-    None when another command (`ars exp cancel`, a second `ars exp run`) recorded it first."""
-    with campaign.lock():
-        state = settled_state(campaign)
-        current = state.get("current") or {}
-        if current.get("phase") != "running" or current.get("run", {}).get("run_id") != run_id:
-            return None
-        result = judge(campaign, current, run_state)
-        current["result"] = result
-        manual = campaign.settings.decide == "manual" and result["status"] in ("keep", "discard")
-        current["phase"] = "decide" if manual else "running"
-        campaign.save_state(state)
-        if manual:
-            return result, None
-        return result, record(campaign)
-
-
-# ---------------------------------------------------------------- command line
-
-campaign_option = click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
-
-
-def _print_result(campaign: Campaign, result: dict, row, as_json: bool) -> None:
-    verdict = campaign.verdict()
-    if as_json:
-        click.echo(
-            json.dumps(
-                {"result": result, "row": row.to_dict() if row else None, "verdict": verdict.to_json()},
-                indent=2,
-            )
-        )
-        return
-    s = campaign.settings
-    value = f"{result['metric_value']:.6f}" if result.get("metric_value") is not None else "none"
-    click.echo(f"{s.metric}: {value}")
-    click.echo(f"status: {result['status']} ({result['reason']})")
-    click.echo(f"elapsed: {result['elapsed_min']:.2f} min")
-    if row is None:
-        click.echo("decision: pending; record it with `ars exp mark keep|discard|crash --reason TEXT`")
-    else:
-        click.echo(f"ledger: row {row.index} in {campaign.ledger}")
-    click.echo(verdict.line)
-
-
-def _run_and_report(campaign: Campaign, timeout: float | None, force: bool, as_json: bool) -> None:
-    current = settled_state(campaign).get("current") or {}
-    if current.get("phase") == "running":
-        click.echo(
-            f"adopting the running experiment {current['slug']} (log {current['run']['log_path']})", err=True
-        )
-    else:
-        current = launch(campaign, timeout=timeout, force=force)
-        click.echo(f"running: {current['branch']} @ {current['commit'][:8]}", err=True)
-        click.echo(f"log: {current['run']['log_path']}", err=True)
-        click.echo(f"timeout: {format_duration(current['timeout'])}", err=True)
-
-    def progress(elapsed: float, left: float) -> None:
-        click.echo(f"  {format_duration(elapsed)} elapsed, {format_duration(left)} left", err=True)
-
-    run_state = wait(campaign, progress=None if as_json else progress)
-    finished = finish(campaign, run_state, current["run"]["run_id"])
-    if finished is None:
-        click.echo(f"{current['slug']}: {run_state.name}, recorded by another command")
-        click.echo(campaign.verdict().line)
-        return
-    _print_result(campaign, *finished, as_json)
-
-
-@click.group("exp")
-def cli() -> None:
-    """Experiments: baseline first, then one hypothesis per branch, each run recorded.
-
-    \b
-    Examples:
-      ars exp baseline
-      ars exp start higher-lr -m "raise LR 0.04 -> 0.06: loss still falling at the end"
-      (edit train.py)
-      ars exp run
-    """
-
-
-@cli.command("baseline")
-@campaign_option
-@click.option("--timeout", help="per-run limit for this run (tighter of this and the campaign's)")
-@click.option("--no-run", is_flag=True, help="only create the branch")
-@click.option("--json", "as_json", is_flag=True)
-def baseline_cmd(ref, timeout, no_run, as_json) -> None:
-    """Create <prefix>/baseline (empty commit "baseline: record starting point") and run it.
-
-    \b
-    Examples:
-      ars exp baseline
-      ars exp baseline --timeout 15m
-    """
-    campaign = find(ref)
-    current = start_baseline(campaign)
-    click.echo(f"branch: {current['branch']}", err=True)
-    click.echo(f"workdir: {current['workdir']}", err=True)
-    if not no_run:
-        _run_and_report(campaign, _duration(timeout), False, as_json)
-
-
-@cli.command("start")
-@click.argument("slug")
-@click.option(
-    "-m", "--message", "description", required=True, help="the hypothesis, one sentence with its reason"
-)
-@click.option("--parent", default="best", show_default=True, help="baseline, best, or any git ref")
-@click.option("--no-baseline-check", is_flag=True, help="allow experiments before a baseline result exists")
-@campaign_option
-@click.option("--json", "as_json", is_flag=True)
-def start_cmd(slug, description, parent, no_baseline_check, ref, as_json) -> None:
-    """Create the experiment branch <prefix>/<slug> from a parent and check it out.
-
-    Then edit the files (in the printed workdir) and `ars exp run` (or `ars exp commit` first).
-
-    \b
-    Examples:
-      ars exp start higher-lr -m "raise LR 0.04 -> 0.06: loss still falling at the end"
-      ars exp start wider-mlp -m "MLP ratio 4 -> 6" --parent baseline
-    """
-    campaign = find(ref)
-    current = start(campaign, slug, description, parent=parent, skip_baseline_check=no_baseline_check)
-    if as_json:
-        click.echo(
-            json.dumps({k: current[k] for k in ("slug", "branch", "parent_commit", "workdir")}, indent=2)
-        )
-        return
-    click.echo(f"branch: {current['branch']}")
-    click.echo(f"parent: {current['parent_ref']} @ {current['parent_commit'][:8]}")
-    click.echo(f"workdir: {current['workdir']}")
-    click.echo("next: edit files in the workdir, then `ars exp run`")
-
-
-@cli.command("commit")
-@click.option("-m", "--message", help="commit message (default: the hypothesis; later commits are fix-ups)")
-@campaign_option
-def commit_cmd(message, ref) -> None:
-    """Commit the experiment's changed files only (never anything else).
-
-    \b
-    Examples:
-      ars exp commit
-      ars exp commit -m "fix shape mismatch in attention"
-    """
-    campaign = find(ref)
-    sha = commit(campaign, message)
-    click.echo(f"commit: {sha}")
-
-
-@cli.command("run")
-@click.option("--timeout", help="per-run limit (the tighter of this and the campaign's wins)")
-@click.option("--force", is_flag=True, help="run even when a stop condition is met")
-@campaign_option
-@click.option("--json", "as_json", is_flag=True)
-def run_cmd(timeout, force, ref, as_json) -> None:
-    """Run the current experiment under its timeout, read the metric, write its ledger row.
-
-    Commits pending edits first. Prints the metric, the status and the stop verdict.
-    Exit 0: recorded (any status); 1: a stop condition is met, nothing started; 2: bad input.
-    If a previous `ars exp run` died while its run went on, this adopts and waits for it.
-
-    \b
-    Examples:
-      ars exp run
-      ars exp run --timeout 10m --json
-    """
-    campaign = find(ref)
-    _run_and_report(campaign, _duration(timeout), force, as_json)
-
-
-@cli.command("cancel")
-@click.option("--reason", default="cancelled by hand", show_default=True)
-@campaign_option
-def cancel_cmd(reason, ref) -> None:
-    """Cancel the running experiment (its whole process tree) and record it as cancelled.
-
-    \b
-    Examples:
-      ars exp cancel --reason "loss diverged at step 200; no point finishing"
-    """
-    campaign = find(ref)
-    with campaign.lock():
-        cancel(campaign)
-        row = record(campaign, status="cancelled", reason=reason)
-    click.echo(f"ledger: row {row.index} cancelled in {campaign.ledger}")
-    click.echo(campaign.verdict().line)
-
-
-@cli.command("mark")
-@click.argument("status", type=click.Choice(["keep", "discard", "crash", "timeout", "cancelled"]))
-@click.option("--reason", required=True, help="why: e.g. 'flat result, simpler code'")
-@campaign_option
-def mark_cmd(status, reason, ref) -> None:
-    """Decide a finished run (--decide manual) or close an experiment that never ran.
-
-    \b
-    Examples:
-      ars exp mark keep --reason "flat val_bpb but 40 fewer lines"
-      ars exp mark cancelled --reason "idea superseded before running"
-    """
-    campaign = find(ref)
-    state = settled_state(campaign)
-    current = _current(state, phases=("decide", "open"))
-    if current["phase"] == "open" and status in ("keep", "discard"):
-        raise BadInput("this experiment has not run: only crash or cancelled can be recorded")
-    row = record(campaign, status=status, reason=reason)
-    click.echo(f"ledger: row {row.index} {status} in {campaign.ledger}")
-    click.echo(campaign.verdict().line)
-
-
-def _duration(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as err:
-        raise BadInput(str(err)) from None
-
-
-def main() -> None:
-    run_cli(cli, prog_name="experiment.py")
-
-
-if __name__ == "__main__":
-    main()
+def launched(state: dict) -> list[dict]:
+    return [e for e in experiments(state).values() if e.get("phase") in LAUNCHED]

@@ -1,10 +1,13 @@
-"""The unattended campaign loop: propose, branch, apply, commit, run under the timeout, record,
-check the stop rules, repeat. Survives its own death: `ars campaign resume` adopts a run that
-is still going or records it as a crash, and never writes a row twice.
+"""The unattended campaign loop: fill every free slot with a proposal (branch, apply, commit,
+launch under the timeout), record each run as it ends, check the stop rules, repeat. Survives
+its own death: `ars campaign resume` adopts every run still going, starts once more a run whose
+runner died with it, and never writes a row twice.
 
 Order of durable steps per attempt (each one is what makes the next resumable):
-    state.json current=open (branch created)  ->  commit  ->  current=running (launcher record)
-    ->  ledger row  ->  state.json current=None
+    experiment opening -> open (branch, workdir) -> commit -> queued -> running (slot, launcher
+    record) -> ledger row -> the experiment leaves state.json
+With a stop condition met, nothing new starts and the runs in flight finish (a run never gets
+more time than the deadline leaves: it is cancelled there, with the reason in its row).
 """
 
 from __future__ import annotations
@@ -17,14 +20,21 @@ from pathlib import Path
 
 import click
 
-from autoresearch_skills.campaign import experiment
+from autoresearch_skills.campaign import experiment, scheduler
+from autoresearch_skills.campaign.proposals import (
+    MAX_RETRIES,
+    Proposal,
+    Rejected,
+    apply,
+    make_policy,
+    validate,
+)
 from autoresearch_skills.campaign.store import Campaign, create, find, load
 from autoresearch_skills.clock import format_duration, now, parse_iso
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.campaign.proposals import MAX_RETRIES, Proposal, Rejected, apply, make_policy, validate
 from autoresearch_skills.yamlfile import read_yaml
 
-POLL = 1.0  # seconds between checks of a running experiment
+POLL = 1.0  # seconds between status lines while runs are in flight
 METRIC_EVERY = 5.0  # seconds between reads of the live metric
 
 
@@ -103,12 +113,19 @@ def open_campaign(path: Path, cwd: Path = Path(".")) -> Campaign:
         return load(folder)
     stop = config.get("stop")
     stop_text = stop if isinstance(stop, str) else None
+    from autoresearch_skills.campaign.pool import Pool
+    from autoresearch_skills.campaign.store import Settings
+
+    launcher = config.get("launcher", "local")
+    Pool.from_settings(config.get("parallel"), config.get("gpus"), config.get("gpus_per_run"), launcher)
+    handled = {"name", "metric", "direction", "command", "stop", "prefix", "launcher", "preset", "folder"}
+    options = {k: v for k, v in config.items() if k in Settings.__dataclass_fields__ and k not in handled}
+    options.setdefault("keep_ties", False)
+    options["keep_ties"] = bool(options["keep_ties"])
     campaign = create(
         config["name"], config["metric"], config["direction"], config["command"], stop_text=stop_text,
-        prefix=config.get("prefix"), launcher=config.get("launcher", "local"), preset=config.get("preset", "karpathy"),
-        cwd=cwd, folder=folder, strategy=config.get("strategy", "branches"), worktrees=config.get("worktrees", "auto"),
-        keep_ties=bool(config.get("keep_ties", False)), tmux_socket=config.get("tmux_socket"), policy=config["policy"],
-        keep_sessions=int(config.get("keep_sessions", 5)),
+        prefix=config.get("prefix"), launcher=launcher, preset=config.get("preset", "karpathy"),
+        cwd=cwd, folder=folder, **options,
     )  # fmt: skip
     if isinstance(stop, dict):
         from autoresearch_skills.campaign.store import write_settings
@@ -137,35 +154,91 @@ class Loop:
         self.mutable = list(policy.get("mutable") or [])
         self.frozen = list(policy.get("frozen") or [])
         self.parent = policy.get("parent", "best")
+        self.pool = campaign.settings.pool()
+        self.exhausted = False
+        self.cancelled: set[str] = set()
+        self.latest: dict[str, str] = {}
+        self.last_metric_read = 0.0
 
     def run(self) -> int:
         s = self.campaign.settings
         self.out.event(
-            "campaign", f"campaign: {s.name} ({s.metric}, {s.direction}) in {self.campaign.folder}"
+            "campaign",
+            f"campaign: {s.name} ({s.metric}, {s.direction}) in {self.campaign.folder}; {self.pool.describe()}",
         )
         self.resume_in_flight()
-        if not self.campaign.rows() and not self.interrupts.requested and self.go_on():
+        if (
+            not self.campaign.rows()
+            and not self.in_flight()
+            and not self.interrupts.requested
+            and self.go_on()
+        ):
             self.out.event("start", "baseline: recording the starting point")
-            experiment.start_baseline(self.campaign)
-            self.run_current()
-        slugs = {Path(r.branch).name for r in self.campaign.rows()}
-        policy = make_policy(s.policy, slugs)
-        while not self.interrupts.requested and self.go_on():
-            if not self.propose(policy):
-                self.out.event("done", "no more proposals: the policy is exhausted")
+            record = experiment.start_baseline(self.campaign)
+            self.launch(record["key"])
+            self.wait_for({record["key"]})  # every proposal branches from a measured starting point
+        in_flight = {e["slug"] for e in self.in_flight()}
+        policy = make_policy(s.policy, {Path(r.branch).name for r in self.campaign.rows()} | in_flight)
+        while True:
+            if not self.interrupts.requested and not self.exhausted and self.go_on(quiet=True):
+                self.fill_slots(policy)
+            if not experiment.launched(self.campaign.load_state()):
                 break
-            if self.campaign.load_state().get("current"):  # none when the proposal became a crash row
-                self.run_current()
+            self.wait_for(None)
         return self.finish()
 
-    def go_on(self) -> bool:
-        verdict = self.campaign.verdict()
-        self.out.event("verdict", verdict.line, should_continue=verdict.should_continue)
-        return verdict.should_continue
+    def in_flight(self) -> list[dict]:
+        return scheduler.in_flight(self.campaign)
 
-    def propose(self, policy) -> bool:
+    def go_on(self, quiet: bool = False) -> bool:
+        verdict = self.campaign.verdict()
+        if not quiet or not verdict.may_start():
+            self.out.event("verdict", verdict.line, should_continue=verdict.should_continue)
+        return verdict.may_start()
+
+    def free_slots(self) -> int:
+        state = self.campaign.load_state()
+        return self.pool.parallel - len(experiment.launched(state))
+
+    def fill_slots(self, policy) -> None:
+        """Open and launch proposals while a slot is free and the stop rules allow a new start."""
+        while self.free_slots() > 0 and not self.interrupts.requested:
+            if not self.campaign.verdict().may_start():
+                return
+            key = self.propose(policy)
+            if key is None:
+                self.exhausted = True
+                if not experiment.launched(self.campaign.load_state()):
+                    self.out.event("done", "no more proposals: the policy is exhausted")
+                return
+            if key in experiment.experiments(self.campaign.load_state()):
+                self.launch(key)
+
+    def launch(self, key: str) -> None:
+        try:
+            record = experiment.request_run(self.campaign, key)
+        except experiment.StopConditionMet:
+            experiment.record(
+                self.campaign, key, status="cancelled", reason="stop condition met before launch"
+            )
+            return
+        if record["phase"] == "running":
+            where = f"slot {record['slot']}" + (
+                f", GPUs {','.join(map(str, record['devices']))}" if record.get("devices") else ""
+            )
+            self.out.event(
+                "launch",
+                f"started {key} on {where} ({record['run']['launcher']} {record['run']['run_id']}, "
+                f"{format_duration(record['timeout'])} limit)",
+                key=key,
+                slot=record.get("slot"),
+                devices=record.get("devices"),
+                run_id=record["run"]["run_id"],
+            )
+
+    def propose(self, policy) -> str | None:
         """Open the next experiment from a proposal that validates, feeding rejections back.
-        False when the policy has nothing left. A proposal still rejected after the retries
+        None when the policy has nothing left. A proposal still rejected after the retries
         counts as an attempt: a crash row with the reason."""
         from autoresearch_skills import gitflow
 
@@ -176,7 +249,7 @@ class Loop:
                 proposal = policy.next(context, feedback)
                 if proposal is None:
                     if feedback is None:
-                        return False
+                        return None
                     break  # a fixed list cannot revise a rejected item
                 last = proposal
                 proposal.slug = self.unique_slug(gitflow.slugify(proposal.slug))
@@ -188,47 +261,58 @@ class Loop:
             except BadInput as err:
                 reason = err.message
             else:
-                self.open(proposal, parent)
-                return True
+                return self.open(proposal, parent)
             self.out.event("rejected", f"proposal rejected: {reason}", reason=reason)
             feedback = reason
         slug = self.unique_slug(gitflow.slugify(last.slug if last else "rejected-proposal"))
-        experiment.start(
+        record = experiment.start(
             self.campaign,
             slug,
             last.description if last else "proposal",
             parent=self.parent,
             skip_baseline_check=True,
         )
-        row = experiment.record(self.campaign, status="crash", reason=f"proposal rejected: {feedback}")
+        row = experiment.record(
+            self.campaign, record["key"], status="crash", reason=f"proposal rejected: {feedback}"
+        )
         self.out.event(
             "result", f"#{row.index} {slug}: crash (proposal rejected: {feedback})", row=row.to_dict()
         )
-        return True
+        return row.branch
 
-    def open(self, proposal: Proposal, parent: str) -> None:
-        current = experiment.start(
+    def open(self, proposal: Proposal, parent: str) -> str:
+        record = experiment.start(
             self.campaign, proposal.slug, proposal.description, parent=parent, skip_baseline_check=True,
             extra={"proposal": proposal.__dict__},
         )  # fmt: skip
-        apply(proposal, Path(current["workdir"]), self.mutable, self.frozen)
-        experiment.commit(self.campaign)
+        apply(proposal, Path(record["workdir"]), self.mutable, self.frozen)
+        experiment.commit(self.campaign, record["key"])
         self.out.event(
-            "start", f"experiment {proposal.slug}: {proposal.description}", branch=current["branch"]
+            "start",
+            f"experiment {proposal.slug}: {proposal.description}",
+            branch=record["branch"],
+            key=record["key"],
         )
+        return record["key"]
 
     def unique_slug(self, slug: str) -> str:
         from autoresearch_skills import gitflow
 
         prefix = self.campaign.settings.prefix
+        taken = set(experiment.experiments(self.campaign.load_state()))
         candidate, n = slug, 1
-        while gitflow.branch_exists(self.campaign.repo, f"{prefix}/{candidate}") or candidate == "baseline":
+        while (
+            gitflow.branch_exists(self.campaign.repo, f"{prefix}/{candidate}")
+            or candidate == "baseline"
+            or candidate in taken
+        ):
             n += 1
             candidate = f"{slug}-{n}"
         return candidate
 
     def context(self) -> dict:
-        """What an external proposer sees: the program, the ledger, and the mutable files as
+        """What an external proposer sees: the program, the ledger, the experiments in flight
+        (so it does not propose them again), how many slots are free, and the mutable files as
         they are in the commit a proposal starts from (not the user's working tree)."""
         from autoresearch_skills import gitflow
 
@@ -237,6 +321,10 @@ class Loop:
         start = experiment.resolve_parent(self.campaign, self.parent, rows)
         program = repo / (self.campaign.settings.policy.get("program") or "program.md")
         mutable = {path: gitflow.git(repo, "show", f"{start}:{path}", check=False) for path in self.mutable}
+        in_flight = [
+            {k: e.get(k) for k in ("key", "slug", "description", "branch", "phase", "proposal")}
+            for e in self.in_flight()
+        ]
         return {
             "campaign": self.campaign.settings.name,
             "metric": self.campaign.settings.metric,
@@ -245,104 +333,104 @@ class Loop:
             "mutable_files": mutable,
             "frozen_files": self.frozen,
             "ledger": [r.to_dict() for r in rows],
+            "in_flight": in_flight,
+            "free_slots": max(1, self.free_slots()),
             "parent_commit": start,
             "workdir": str(repo),
         }
 
     def resume_in_flight(self) -> None:
-        """After a crash of the loop: finish what state.json says was in flight."""
+        """After a crash of the loop: finish what state.json says was in flight. Live runs are
+        adopted; one whose runner died is started once more by the scheduler's next tick."""
         from autoresearch_skills import gitflow
+        from autoresearch_skills.launch.base import Run
 
-        current = experiment.settled_state(self.campaign).get("current")
-        if not current:
-            return
-        if current["phase"] == "running":
-            launcher = experiment.launcher_for(self.campaign)
-            from autoresearch_skills.launch.base import Run
-
-            run = Run(**current["run"])
-            state = launcher.status(run)
-            if state.name == "lost":
-                launcher.cancel(run)  # no orphan: whatever is left of the tree goes
-                self.out.event("resume", f"experiment {current['slug']}: runner died; recording a crash")
-            else:
-                self.out.event("resume", f"experiment {current['slug']}: adopting its run ({state.name})")
-            self.run_current(adopt=True)
-        elif current["phase"] == "decide":
-            row = experiment.record(self.campaign)
-            self.out.event(
-                "resume", f"#{row.index} {current['slug']}: {row.status} recorded", row=row.to_dict()
-            )
-        else:
-            workdir = Path(current["workdir"])
-            if gitflow.changed_paths(workdir, current["snapshot"]):
-                experiment.commit(self.campaign)
-            elif not current["commits"] and current.get("proposal"):
-                apply(Proposal(**current["proposal"]), workdir, self.mutable, self.frozen)
-                experiment.commit(self.campaign)
-            self.out.event("resume", f"experiment {current['slug']}: was not launched yet; launching it")
-            self.run_current()
-
-    def run_current(self, adopt: bool = False) -> None:
-        if not adopt:
-            try:
-                current = experiment.launch(self.campaign)
-            except experiment.StopConditionMet:
-                experiment.record(
-                    self.campaign, status="cancelled", reason="stop condition met before launch"
+        state = experiment.settled_state(self.campaign)
+        launcher = experiment.launcher_for(self.campaign)
+        for record in list(experiment.experiments(state).values()):
+            key = record["key"]
+            if record["phase"] == "running":
+                run_state = launcher.status(Run(**record["run"]))
+                how = (
+                    "its runner died; starting it once more"
+                    if run_state.name == "lost"
+                    else f"adopting its run ({run_state.name})"
                 )
-                return
-        current = self.campaign.load_state()["current"]
-        run_state = self.watch(current)
-        finished = experiment.finish(self.campaign, run_state, current["run"]["run_id"])
-        if finished is None:
-            self.out.event("result", f"{current['slug']}: recorded by another command")
+                self.out.event("resume", f"experiment {key}: {how}", key=key)
+            elif record["phase"] == "decide":
+                row = experiment.record(self.campaign, key)
+                self.out.event("resume", f"#{row.index} {key}: {row.status} recorded", row=row.to_dict())
+            elif record["phase"] == "queued":
+                self.out.event("resume", f"experiment {key}: queued for a slot", key=key)
+            else:
+                workdir = Path(record["workdir"])
+                if gitflow.changed_paths(workdir, record["snapshot"]):
+                    experiment.commit(self.campaign, key)
+                elif not record["commits"] and record.get("proposal"):
+                    apply(Proposal(**record["proposal"]), workdir, self.mutable, self.frozen)
+                    experiment.commit(self.campaign, key)
+                self.out.event("resume", f"experiment {key}: was not launched yet; launching it", key=key)
+                self.launch(key)
+
+    def wait_for(self, keys: set[str] | None) -> None:
+        """Wait until a run ends (one of `keys`, or any), reporting each end and, on a terminal,
+        one live status line; on an interrupt with `--on-interrupt cancel`, cancel what runs."""
+        ended = scheduler.wait(self.campaign, keys, seconds=None, on_poll=self.poll)
+        for item in ended:
+            self.report_end(item)
+
+    def poll(self, running: list[dict]) -> None:
+        if self.interrupts.requested and self.interrupts.mode == "cancel":
+            for record in running:
+                if record["key"] not in self.cancelled:
+                    self.cancelled.add(record["key"])
+                    self.out.event("interrupt", f"interrupted: cancelling {record['key']}")
+                    experiment.cancel(self.campaign, record["key"], reason="interrupted")
+        if not self.out.live:
             return
-        result, row = finished
-        value = f"{result['metric_value']:.6f}" if result["metric_value"] is not None else "none"
+        self.read_metrics(running)
+        s = self.campaign.settings
+        verdict = self.campaign.verdict()
+        count = (
+            f"{verdict.attempted}/{verdict.max_experiments}"
+            if verdict.max_experiments
+            else f"#{verdict.attempted}"
+        )
+        parts = []
+        for record in running:
+            elapsed = (now() - parse_iso(record["started_at"])).total_seconds()
+            parts.append(
+                f"{record['key']} {format_duration(elapsed)} {s.metric} {self.latest.get(record['key'], '-')}"
+            )
+        self.out.status(f"[{count}] " + " | ".join(parts) + f" | best {self.best_text()}")
+
+    def read_metrics(self, running: list[dict]) -> None:
+        from autoresearch_skills import metrics
+
+        if time.monotonic() - self.last_metric_read < METRIC_EVERY:
+            return
+        self.last_metric_read = time.monotonic()
+        s = self.campaign.settings
+        for record in running:
+            try:
+                sample = metrics.latest(record["run"]["log_path"], s.preset).get(s.metric)
+            except (BadInput, OSError):
+                continue
+            if sample:
+                self.latest[record["key"]] = f"{sample.value:.4f}"
+
+    def report_end(self, item: scheduler.Ended) -> None:
+        result, row = item.result, item.row
+        if row is None:
+            self.out.event("result", f"{item.key}: {result['status']} (decision pending)")
+            return
+        value = f"{result['metric_value']:.6f}" if result.get("metric_value") is not None else "none"
         self.out.event(
             "result",
-            f"#{row.index} {current['slug']}: {result['status']} {self.campaign.settings.metric} {value} "
+            f"#{row.index} {item.key}: {result['status']} {self.campaign.settings.metric} {value} "
             f"({result['reason']}, {result['elapsed_min']:.1f} min)",
             row=row.to_dict(),
         )
-
-    def watch(self, current: dict):
-        from autoresearch_skills import metrics
-        from autoresearch_skills.launch.base import Run
-
-        launcher = experiment.launcher_for(self.campaign)
-        run = Run(**current["run"])
-        s = self.campaign.settings
-        begun = parse_iso(current["started_at"])
-        best = self.best_text()
-        latest, last_read, cancelled = "-", 0.0, False
-        while True:
-            state = launcher.wait(run, POLL)
-            if state.finished:
-                return state
-            if self.interrupts.requested and self.interrupts.mode == "cancel" and not cancelled:
-                self.out.event("interrupt", f"interrupted: cancelling {current['slug']}")
-                launcher.cancel(run)
-                cancelled = True
-            if time.monotonic() - last_read > METRIC_EVERY:
-                last_read = time.monotonic()
-                try:
-                    sample = metrics.latest(run.log_path, s.preset).get(s.metric)
-                    latest = f"{sample.value:.4f}" if sample else latest
-                except (BadInput, OSError):
-                    pass
-            elapsed = (now() - begun).total_seconds()
-            verdict = self.campaign.verdict()
-            count = (
-                f"{verdict.attempted + 1}/{verdict.max_experiments}"
-                if verdict.max_experiments
-                else f"#{verdict.attempted + 1}"
-            )
-            self.out.status(
-                f"[{count}] {current['slug']} {format_duration(elapsed)}/{format_duration(current['timeout'])} "
-                f"| {s.metric} {latest} | best {best}"
-            )
 
     def best_text(self) -> str:
         from autoresearch_skills import ledger
@@ -356,6 +444,12 @@ class Loop:
             self.out.event("stopped", "stopped on interrupt; resume with `ars campaign resume`")
         else:
             self.go_home()
+            removed = experiment.remove_worktrees(self.campaign)
+            if removed:
+                self.out.event(
+                    "worktrees",
+                    f"removed {len(removed)} campaign worktree(s); every result stays on its branch",
+                )
         self.out.event("summary", f"best: {self.best_text()}; ledger: {self.campaign.ledger}")
         self.out.event("verdict", verdict.line, should_continue=verdict.should_continue)
         return 0
@@ -368,7 +462,7 @@ class Loop:
 
         state = self.campaign.load_state()
         home, repo = state.get("home_branch"), self.campaign.repo
-        if not home or state.get("current"):
+        if not home or state.get("experiments"):
             return
         try:
             here = gitflow.current_branch(repo)

@@ -3,9 +3,10 @@
     reports/auto_research/<campaign>/
         campaign.yaml   what was decided at `ars campaign init` (metric, stop rules, deadline ...)
         results.tsv     the ledger: one row per finished attempt
-        state.json      what is in flight: the current experiment and its run (atomic replace)
-        runs/<index>-<slug>/run.log
-        worktrees/<slug>/   only when the user's tree had uncommitted changes
+        state.json      what is in flight: every open, queued or running experiment (atomic replace)
+        runs/<launch>-<slug>/run.log
+        worktrees/wt-<n>/   one git worktree per experiment in flight beside another one (or when
+                            the user's tree has uncommitted changes); reused, removed at the end
 
 The deadline is fixed here, once, when the campaign is created. `reports/auto_research/.current`
 names the campaign that `ars exp ...` commands act on when none is given.
@@ -27,6 +28,7 @@ from autoresearch_skills.errors import BadInput
 
 CAMPAIGNS_DIR = Path("reports") / "auto_research"
 PAUSE_FILE = "paused"  # JSON {reason, at}: written by `ars campaign pause`, removed by `ars campaign resume`
+LAUNCHED = ("queued", "running", "decide")  # phases that count as an attempt started
 LAUNCHERS = ("local", "tmux", "slurm")
 PRESETS = ("karpathy", "nemo-rl", "verl", "agentjet", "generic")
 
@@ -54,11 +56,22 @@ class Settings:
     tmux_socket: str | None = None
     keep_sessions: int = 5  # finished runs whose tmux sessions stay open for post-mortems (logs always stay)
     policy: dict = field(default_factory=dict)  # the unattended loop's proposer settings
+    parallel: int | None = None  # experiments in flight at once; None: 1, or as many as fit in `gpus`
+    gpus: str | list | None = None  # device pool, e.g. "0-7"; each run gets disjoint CUDA_VISIBLE_DEVICES
+    gpus_per_run: int | None = None  # devices per run (1 with a pool); on Slurm asked for through sbatch
+    partition: str | None = None  # Slurm: sbatch --partition
+    mem: str | None = None  # Slurm: sbatch --mem
+    cpus: str | None = None  # Slurm: sbatch --cpus-per-task
 
     def stop_rules(self):
         from autoresearch_skills.stoprule import from_mapping
 
         return from_mapping(self.stop, source="campaign.yaml stop")
+
+    def pool(self):
+        from autoresearch_skills.campaign.pool import Pool
+
+        return Pool.from_settings(self.parallel, self.gpus, self.gpus_per_run, self.launcher)
 
 
 @dataclass
@@ -80,14 +93,22 @@ class Campaign:
         return Path(self.settings.repo)
 
     def load_state(self) -> dict:
+        """state.json; `experiments` maps a key to each experiment in flight. A state written
+        by an older version (one `current` experiment) is read as a set of one."""
         try:
-            return json.loads(self.state_path.read_text())
+            state = json.loads(self.state_path.read_text())
         except FileNotFoundError:
-            return {"current": None}
+            state = {}
         except json.JSONDecodeError as err:
             raise BadInput(
                 f"{self.state_path} is not valid JSON ({err}); restore it from {self.state_path}.bak"
             ) from None
+        experiments = state.setdefault("experiments", {})
+        current = state.pop("current", None)
+        if current:
+            current.setdefault("key", current["slug"])
+            experiments.setdefault(current["key"], current)
+        return state
 
     def save_state(self, state: dict) -> None:
         """Atomic replace, keeping the previous version as .bak."""
@@ -148,12 +169,30 @@ class Campaign:
 
         return ledger.read(self.ledger) if self.ledger.exists() else []
 
-    def verdict(self, at: datetime | None = None):
+    def verdict(self, at: datetime | None = None, state: dict | None = None, exclude: str | None = None):
+        """The stop verdict; attempts still in flight (launched, not yet recorded) count as attempted.
+        `exclude`: an experiment not to count (the one about to be launched)."""
         from autoresearch_skills.stoprule import evaluate
 
+        state = self.load_state() if state is None else state
+        launched = [
+            e for k, e in state.get("experiments", {}).items() if k != exclude and e.get("phase") in LAUNCHED
+        ]
         return evaluate(
-            self.settings.stop_rules(), self.rows(), at=at, started_at=parse_iso(self.settings.created_at)
+            self.settings.stop_rules(),
+            self.rows(),
+            at=at,
+            started_at=parse_iso(self.settings.created_at),
+            in_flight=len(launched),
+            in_flight_gpu_hours=sum(_gpu_hours_so_far(e) for e in launched),
         )
+
+
+def _gpu_hours_so_far(experiment: dict) -> float:
+    devices = len(experiment.get("devices") or ()) or int(experiment.get("gpus") or 0)
+    if not devices or not experiment.get("started_at"):
+        return 0.0
+    return devices * max(0.0, (now() - parse_iso(experiment["started_at"])).total_seconds()) / 3600
 
 
 def _campaigns_root(repo: Path) -> Path:
@@ -236,6 +275,11 @@ def create(
         stop={**rules.to_dict(), **({"max_experiments": rules.max_experiments} if rules.is_default else {})},
         **options,
     )
+    pool = settings.pool()  # refuse a bad pool before anything is written
+    if settings.strategy == "ratchet" and pool.parallel > 1:
+        raise BadInput(
+            "the ratchet strategy keeps one branch: it runs one experiment at a time (parallel: 1)"
+        )
     gitflow.ignore_folder(_campaigns_root(repo))
     (folder / "runs").mkdir(parents=True, exist_ok=True)
     campaign = Campaign(folder, settings)
@@ -243,7 +287,7 @@ def create(
     ledger.init(campaign.ledger)
     campaign.save_state(
         {
-            "current": None,
+            "experiments": {},
             "home_branch": gitflow.current_branch(repo),
             "start_tree": gitflow.tree_state(repo).summary(),
         }
@@ -271,15 +315,14 @@ def status_facts(campaign: Campaign) -> dict:
 
     rows = campaign.rows()
     s = campaign.settings
-    verdict = campaign.verdict()
-    best = ledger.best(rows, s.direction)
     state = campaign.load_state()
-    current = state.get("current")
-    running = None
-    if current and current.get("run"):
-        running = (
-            f"{current['branch']} (run {current['run'].get('run_id')}, log {current['run'].get('log_path')})"
-        )
+    verdict = campaign.verdict(state=state)
+    best = ledger.best(rows, s.direction)
+    experiments = list(state["experiments"].values())
+    in_flight = [in_flight_facts(e) for e in experiments]
+    running = [f for f in in_flight if f["phase"] == "running"]
+    queued = [f["key"] for f in in_flight if f["phase"] == "queued"]
+    decide = [e for e in experiments if e.get("phase") == "decide"]
     try:
         branch = gitflow.current_branch(s.repo)
     except BadInput:
@@ -310,11 +353,38 @@ def status_facts(campaign: Campaign) -> dict:
         "best_row": best.to_dict() if best else None,
         "latest": describe(rows[-1] if rows else None),
         "current_branch": branch,
-        "current_experiment": current,
-        "running": running,
-        "pending_decision": (current or {}).get("result")
-        if current and current.get("phase") == "decide"
-        else None,
+        "pool": s.pool().describe(),
+        "in_flight": in_flight,
+        "running": "; ".join(f["line"] for f in running) or None,
+        "open": [f["key"] for f in in_flight if f["phase"] in ("opening", "open")],
+        "queue": queued,
+        "pending_decision": decide[0].get("result") if decide else None,
     }
 
 
+def in_flight_facts(experiment: dict) -> dict:
+    """One in-flight experiment as `campaign status` shows it: slot, GPUs, elapsed, session/job."""
+    run = experiment.get("run") or {}
+    elapsed = None
+    if experiment.get("phase") == "running" and experiment.get("started_at"):
+        elapsed = format_duration((now() - parse_iso(experiment["started_at"])).total_seconds())
+    devices = ",".join(str(d) for d in experiment.get("devices") or ()) or None
+    facts = {
+        "key": experiment.get("key") or experiment.get("slug"),
+        "branch": experiment.get("branch"),
+        "phase": experiment.get("phase"),
+        "slot": experiment.get("slot"),
+        "gpus": devices,
+        "elapsed": elapsed,
+        "limit": format_duration(experiment["timeout"]) if experiment.get("timeout") else None,
+        "run_id": run.get("run_id"),
+        "log": run.get("log_path"),
+        "workdir": experiment.get("workdir"),
+    }
+    where = f"slot {facts['slot']}" + (f", GPUs {devices}" if devices else "")
+    facts["line"] = f"{facts['key']} [{experiment.get('phase')}]" + (
+        f" {where}, {elapsed} of {facts['limit']}, {run.get('launcher', '')} {run.get('run_id')}"
+        if run
+        else ""
+    )
+    return facts

@@ -1,0 +1,370 @@
+"""`ars exp`: the agent's hands on the lifecycle (baseline, start, commit, run, wait, cancel, mark).
+
+Exit codes, everywhere: 0 done (a row was written, whatever its status; or still running after
+`wait --for`), 1 a clean "no" (a stop condition is met and nothing started; `wait`: a run ended),
+2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from autoresearch_skills.campaign import experiment, scheduler
+from autoresearch_skills.campaign.experiment import StopConditionMet, select, settled_state
+from autoresearch_skills.campaign.store import Campaign, find, in_flight_facts
+from autoresearch_skills.clock import format_duration, parse_duration
+from autoresearch_skills.errors import BadInput, run_cli
+
+campaign_option = click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+
+
+def _duration(text: str | None, option: str = "--timeout") -> float | None:
+    if not text:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise BadInput(f"{option}: {err}") from None
+
+
+def _result_facts(campaign: Campaign, ended: scheduler.Ended) -> dict:
+    return {"key": ended.key, "result": ended.result, "row": ended.row.to_dict() if ended.row else None}
+
+
+def _print_ended(campaign: Campaign, ended: scheduler.Ended) -> None:
+    s = campaign.settings
+    result, row = ended.result, ended.row
+    value = f"{result['metric_value']:.6f}" if result.get("metric_value") is not None else "none"
+    click.echo(f"experiment: {ended.key}")
+    click.echo(f"{s.metric}: {value}")
+    click.echo(f"status: {result['status']} ({result['reason']})")
+    click.echo(f"elapsed: {result['elapsed_min']:.2f} min")
+    if row is None:
+        click.echo(
+            f"decision: pending; record it with `ars exp mark keep|discard|crash {ended.key} --reason TEXT`"
+        )
+    else:
+        click.echo(f"ledger: row {row.index} in {campaign.ledger}")
+
+
+def _rows_as_ended(campaign: Campaign, indexes: list[int]) -> list[scheduler.Ended]:
+    rows = {r.index: r for r in campaign.rows()}
+    out = []
+    for index in indexes:
+        row = rows.get(index)
+        if row is None:
+            continue
+        reason = row.description.rsplit("[", 1)[-1].rstrip("]") if "[" in row.description else row.status
+        metric = row.metric_value if row.status in ("keep", "discard") else None
+        result = {
+            "metric_value": metric,
+            "status": row.status,
+            "reason": reason,
+            "elapsed_min": row.elapsed_min,
+        }
+        out.append(scheduler.Ended(row.branch.rsplit("/", 1)[-1], result, row))
+    return out
+
+
+def _report(
+    campaign: Campaign, ended: list[scheduler.Ended], as_json: bool, extra: dict | None = None
+) -> None:
+    verdict = campaign.verdict()
+    if as_json:
+        payload = {
+            "ended": [_result_facts(campaign, e) for e in ended],
+            "verdict": verdict.to_json(),
+            "in_flight": [in_flight_facts(e) for e in scheduler.in_flight(campaign)],
+            **(extra or {}),
+        }
+        if len(ended) == 1:  # the single-run shape `ars exp run --json` always had
+            payload.update(result=ended[0].result, row=payload["ended"][0]["row"])
+        click.echo(json.dumps(payload, indent=2, default=str))
+        return
+    for n, item in enumerate(ended):
+        if n:
+            click.echo("")
+        _print_ended(campaign, item)
+    click.echo(verdict.line)
+
+
+def _progress(campaign: Campaign):
+    def show(launched: list[dict]) -> None:
+        for facts in (in_flight_facts(e) for e in launched):
+            click.echo(f"  {facts['line']}", err=True)
+
+    return show
+
+
+def _announce(record: dict) -> None:
+    facts = in_flight_facts(record)
+    if record["phase"] == "queued":
+        click.echo(f"queued: {facts['key']} (no free slot; it starts when one frees)", err=True)
+        return
+    click.echo(f"running: {record['branch']} @ {record['commit'][:8]}", err=True)
+    where = f"slot {facts['slot']}" + (f", CUDA_VISIBLE_DEVICES={facts['gpus']}" if facts["gpus"] else "")
+    click.echo(f"where: {where}; {record['run']['launcher']} {record['run']['run_id']}", err=True)
+    click.echo(f"log: {record['run']['log_path']}", err=True)
+    click.echo(f"timeout: {format_duration(record['timeout'])}", err=True)
+
+
+def run_and_report(campaign: Campaign, ref: str | None, timeout, force: bool, detach: bool, as_json: bool):
+    state = settled_state(campaign)
+    record = select(state, ref, phases=("open", "queued", "running"), verb="run")
+    if record["phase"] == "open":
+        record = experiment.request_run(campaign, record["key"], timeout=timeout, force=force)
+        if not as_json:
+            _announce(record)
+    elif not as_json:
+        click.echo(f"adopting {record['key']} ({record['phase']})", err=True)
+    key = record["key"]
+    if detach:
+        facts = in_flight_facts(settled_state(campaign)["experiments"].get(key, record))
+        if as_json:
+            click.echo(json.dumps({"detached": facts, "verdict": campaign.verdict().to_json()}, indent=2))
+        else:
+            click.echo(f"detached: {key} ({facts['phase']}); `ars exp wait {key}` reports its row")
+            click.echo(campaign.verdict().line)
+        return
+    ended = scheduler.wait(
+        campaign, {key}, progress=None if as_json else _progress(campaign), reporting={key}
+    )
+    mine = [e for e in ended if e.key == key]
+    if not mine:
+        click.echo(f"{key}: recorded by another command")
+        click.echo(campaign.verdict().line)
+        return
+    _report(campaign, mine, as_json)
+
+
+@click.group("exp")
+def cli() -> None:
+    """Experiments: baseline first, then one hypothesis per branch, each run recorded.
+
+    \b
+    Examples:
+      ars exp baseline
+      ars exp start higher-lr -m "raise LR 0.04 -> 0.06: loss still falling at the end"
+      (edit train.py in the printed workdir)
+      ars exp run
+      ars exp run higher-lr --detach && ars exp wait --for 9m
+    """
+
+
+@cli.command("baseline")
+@campaign_option
+@click.option("--timeout", help="per-run limit for this run (tighter of this and the campaign's)")
+@click.option("--no-run", is_flag=True, help="only create the branch")
+@click.option("--detach", is_flag=True, help="launch and return at once; `ars exp wait` reports the row")
+@click.option("--json", "as_json", is_flag=True)
+def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
+    """Create <prefix>/baseline (empty commit "baseline: record starting point") and run it.
+
+    \b
+    Examples:
+      ars exp baseline
+      ars exp baseline --timeout 15m
+      ars exp baseline --detach
+    """
+    campaign = find(ref)
+    record = experiment.start_baseline(campaign)
+    click.echo(f"branch: {record['branch']}", err=True)
+    click.echo(f"workdir: {record['workdir']}", err=True)
+    if not no_run:
+        run_and_report(campaign, record["key"], _duration(timeout), False, detach, as_json)
+
+
+@cli.command("start")
+@click.argument("slug")
+@click.option(
+    "-m", "--message", "description", required=True, help="the hypothesis, one sentence with its reason"
+)
+@click.option("--parent", default="best", show_default=True, help="baseline, best, or any git ref")
+@click.option("--no-baseline-check", is_flag=True, help="allow experiments before a baseline result exists")
+@campaign_option
+@click.option("--json", "as_json", is_flag=True)
+def start_cmd(slug, description, parent, no_baseline_check, ref, as_json) -> None:
+    """Create the experiment branch <prefix>/<slug> from a parent and check it out.
+
+    Then edit the files in the printed workdir and `ars exp run SLUG`. Several experiments may
+    be open at once; each gets its own workdir (a git worktree beside the first).
+
+    \b
+    Examples:
+      ars exp start higher-lr -m "raise LR 0.04 -> 0.06: loss still falling at the end"
+      ars exp start wider-mlp -m "MLP ratio 4 -> 6" --parent baseline
+    """
+    campaign = find(ref)
+    record = experiment.start(
+        campaign, slug, description, parent=parent, skip_baseline_check=no_baseline_check
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {k: record[k] for k in ("key", "slug", "branch", "parent_commit", "workdir")}, indent=2
+            )
+        )
+        return
+    click.echo(f"experiment: {record['key']}")
+    click.echo(f"branch: {record['branch']}")
+    click.echo(f"parent: {record['parent_ref']} @ {record['parent_commit'][:8]}")
+    click.echo(f"workdir: {record['workdir']}")
+    click.echo(f"next: edit files in the workdir, then `ars exp run {record['key']}`")
+
+
+@cli.command("commit")
+@click.argument("slug", required=False)
+@click.option("-m", "--message", help="commit message (default: the hypothesis; later commits are fix-ups)")
+@campaign_option
+def commit_cmd(slug, message, ref) -> None:
+    """Commit the experiment's changed files only (never anything else).
+
+    SLUG may be left out when one experiment is open.
+
+    \b
+    Examples:
+      ars exp commit
+      ars exp commit higher-lr -m "fix shape mismatch in attention"
+    """
+    campaign = find(ref)
+    sha = experiment.commit(campaign, slug, message)
+    click.echo(f"commit: {sha}")
+
+
+@cli.command("run")
+@click.argument("slug", required=False)
+@click.option("--timeout", help="per-run limit (the tighter of this and the campaign's wins)")
+@click.option("--force", is_flag=True, help="run even when a stop condition is met")
+@click.option("--detach", is_flag=True, help="launch (or queue for a free slot) and return at once")
+@campaign_option
+@click.option("--json", "as_json", is_flag=True)
+def run_cmd(slug, timeout, force, detach, ref, as_json) -> None:
+    """Run an experiment under its timeout, read the metric, write its ledger row.
+
+    Commits pending edits first, waits for a free slot if the pool is full, prints the metric,
+    the status and the stop verdict. SLUG may be left out when one experiment is open.
+    With --detach it returns as soon as the run is launched or queued: `ars exp wait` reports the
+    row, so no single call has to last as long as the run.
+    Exit 0: recorded (any status) or detached; 1: a stop condition is met, nothing started; 2: bad input.
+    If a previous `ars exp run` died while its run went on, this adopts and waits for it.
+
+    \b
+    Examples:
+      ars exp run
+      ars exp run higher-lr --timeout 10m --json
+      ars exp run higher-lr --detach
+    """
+    campaign = find(ref)
+    run_and_report(campaign, slug, _duration(timeout), force, detach, as_json)
+
+
+@cli.command("wait")
+@click.argument("slug", required=False)
+@click.option("--for", "seconds", default="9m", show_default=True, help="return after this long at most")
+@campaign_option
+@click.option("--json", "as_json", is_flag=True)
+def wait_cmd(slug, seconds, ref, as_json) -> None:
+    """Wait until a run (any, or SLUG's) ends; print its row and the verdict.
+
+    Also starts queued experiments as slots free. Keep each call shorter than your tool-call
+    limit and call again while it exits 0.
+    Exit 1: a run ended (its row and the verdict are printed); 0: the time passed and runs are
+    still going (they are listed); 2: nothing is in flight.
+
+    \b
+    Examples:
+      ars exp wait --for 9m
+      ars exp wait higher-lr --for 5m --json
+    """
+    campaign = find(ref)
+    limit = _duration(seconds, "--for")
+    keys = None
+    if slug:
+        keys = {select(settled_state(campaign), slug, phases=("queued", "running", "decide", "open"))["key"]}
+    earlier = _rows_as_ended(campaign, scheduler.take_unreported(campaign, {slug} if slug else None))
+    if earlier:
+        _report(campaign, earlier, as_json)
+        raise SystemExit(1)
+    if not experiment.launched(settled_state(campaign)):
+        raise BadInput("nothing is running or queued: launch one with `ars exp run SLUG --detach`")
+    ended = scheduler.wait(campaign, keys, seconds=limit, progress=None if as_json else _progress(campaign))
+    mine = [e for e in ended if keys is None or e.key in keys]
+    if mine:
+        _report(campaign, ended, as_json)
+        raise SystemExit(1)
+    launched = experiment.launched(settled_state(campaign))
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "ended": [],
+                    "in_flight": [in_flight_facts(e) for e in launched],
+                    "verdict": campaign.verdict().to_json(),
+                },
+                indent=2,
+                default=str,
+            )
+        )
+    else:
+        for facts in (in_flight_facts(e) for e in launched):
+            click.echo(f"still {facts['phase']}: {facts['line']}")
+        click.echo(campaign.verdict().line)
+    raise SystemExit(0)
+
+
+@cli.command("cancel")
+@click.argument("slug", required=False)
+@click.option("--reason", default="cancelled by hand", show_default=True)
+@campaign_option
+def cancel_cmd(slug, reason, ref) -> None:
+    """Cancel a running experiment (its whole process tree) and record it as cancelled.
+
+    \b
+    Examples:
+      ars exp cancel --reason "loss diverged at step 200; no point finishing"
+      ars exp cancel wider-mlp --reason "superseded by deeper"
+    """
+    campaign = find(ref)
+    with campaign.lock():
+        record = select(settled_state(campaign), slug, phases=("running", "queued"), verb="cancel")
+        if record["phase"] == "running":
+            experiment.cancel(campaign, record["key"], reason=reason)
+        row = experiment.record(campaign, record["key"], status="cancelled", reason=reason)
+    click.echo(f"ledger: row {row.index} cancelled in {campaign.ledger}")
+    click.echo(campaign.verdict().line)
+
+
+@cli.command("mark")
+@click.argument("status", type=click.Choice(["keep", "discard", "crash", "timeout", "cancelled"]))
+@click.argument("slug", required=False)
+@click.option("--reason", required=True, help="why: e.g. 'flat result, simpler code'")
+@campaign_option
+def mark_cmd(status, slug, reason, ref) -> None:
+    """Decide a finished run (--decide manual) or close an experiment that never ran.
+
+    \b
+    Examples:
+      ars exp mark keep --reason "flat val_bpb but 40 fewer lines"
+      ars exp mark cancelled wider-mlp --reason "idea superseded before running"
+    """
+    campaign = find(ref)
+    state = settled_state(campaign)
+    record = select(state, slug, phases=("decide", "open"), verb="mark")
+    if record["phase"] == "open" and status in ("keep", "discard"):
+        raise BadInput("this experiment has not run: only crash or cancelled can be recorded")
+    row = experiment.record(campaign, record["key"], status=status, reason=reason)
+    click.echo(f"ledger: row {row.index} {status} in {campaign.ledger}")
+    click.echo(campaign.verdict().line)
+
+
+__all__ = ["StopConditionMet", "cli"]
+
+
+def main() -> None:
+    run_cli(cli, prog_name="ars exp")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The scheduler: what moves the in-flight set forward. It holds no state of its own.
+
+One `tick`:
+    1. reaps every finished run: judges it and writes its row (in whatever order runs end);
+    2. starts a run whose runner died (the orchestrator killed with it, a machine reboot) once
+       more on the same commit, since that is not the hypothesis' fault; a second loss is a crash;
+    3. starts queued experiments on the slots that are free now.
+`wait` ticks until a run of interest has ended or the time is up, blocking on one live run
+between ticks (the launchers' own waits: a channel, a pidfd, the exit file), so a run that ends
+is noticed within a fraction of a second. Every `ars exp` command, the unattended loop and
+swarms share this: whoever calls next moves the campaign on, and nothing depends on one
+long-lived process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from autoresearch_skills.campaign import experiment
+from autoresearch_skills.campaign.store import Campaign
+
+REPORTED_KEEP = 100  # unreported row indexes remembered for `ars exp wait`
+SINGLE_STEP = 2.0  # seconds to block on the only live run between ticks (it wakes on the end anyway)
+MANY_STEP = 0.25  # ... on one of several: another one's end is noticed within this
+
+
+@dataclass
+class Ended:
+    key: str
+    result: dict
+    row: object | None  # the ledger row; None while a manual decision is pending
+    experiment: dict = field(default_factory=dict)
+
+
+def tick(campaign: Campaign, reporting: set[str] | None = None) -> list[Ended]:
+    """`reporting`: the experiments whose rows the caller shows (None: all of them); the rows of
+    others are left for `ars exp wait`."""
+    from autoresearch_skills.launch.base import Run
+
+    ended: list[Ended] = []
+    launcher = experiment.launcher_for(campaign)
+    state = experiment.settled_state(campaign)
+    for record in [e for e in experiment.experiments(state).values() if e.get("phase") == "running"]:
+        run = Run(**record["run"])
+        run_state = launcher.status(run)
+        if not run_state.finished:
+            continue
+        if run_state.name == "lost" and not record.get("lost_runs"):
+            launcher.cancel(run)  # whatever is left of its tree goes first: no orphan on the GPUs
+            experiment.relaunch(campaign, record["key"], run_state.detail or "runner died")
+            continue
+        reported = reporting is None or record["key"] in reporting
+        done = experiment.finish(campaign, record["key"], run_state, run.run_id, reported=reported)
+        if done is not None:
+            ended.append(Ended(record["key"], done[0], done[1], record))
+    experiment.launch_queued(campaign)
+    return ended
+
+
+def in_flight(campaign: Campaign) -> list[dict]:
+    return list(experiment.experiments(experiment.settled_state(campaign)).values())
+
+
+def wait(
+    campaign: Campaign,
+    keys: set[str] | None = None,
+    seconds: float | None = None,
+    progress: Callable[[list[dict]], None] | None = None,
+    progress_every: float = 30.0,
+    on_poll: Callable[[list[dict]], None] | None = None,
+    reporting: set[str] | None = None,
+) -> list[Ended]:
+    """Tick until a run in `keys` (any run when None) has ended, `seconds` have passed, or
+    nothing is launched any more. Returns every attempt that ended meanwhile (also others').
+    `reporting`: whose rows the caller shows (None: all); see `tick`.
+    `on_poll` sees the running experiments after each tick (the run watcher cancels from there)."""
+    from autoresearch_skills.launch.base import Run
+
+    end = None if seconds is None else time.monotonic() + seconds
+    next_progress = time.monotonic() + progress_every
+    ended: list[Ended] = []
+    launcher = experiment.launcher_for(campaign)
+    while True:
+        ended += tick(campaign, reporting)
+        if any(keys is None or e.key in keys for e in ended):
+            return ended
+        state = experiment.settled_state(campaign)
+        launched = experiment.launched(state)
+        running = [e for e in launched if e.get("phase") == "running"]
+        waiting = [e for e in launched if keys is None or e["key"] in keys]
+        if not waiting or not any(e.get("phase") in ("running", "queued") for e in launched):
+            return ended
+        if on_poll and running:
+            on_poll(running)
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            return ended
+        if progress and time.monotonic() >= next_progress:
+            progress(launched)
+            next_progress = time.monotonic() + progress_every
+        step = SINGLE_STEP if len(running) == 1 and not on_poll else MANY_STEP
+        if on_poll:
+            step = min(step, 1.0)
+        step = step if left is None else min(step, left)
+        target = next(
+            (e for e in running if keys is None or e["key"] in keys), running[0] if running else None
+        )
+        if target is None:
+            time.sleep(step)  # all queued: a slot frees when a run the caller is not waiting on ends
+        else:
+            launcher.wait(Run(**target["run"]), step)
+
+
+def take_unreported(campaign: Campaign, keys: set[str] | None = None) -> list[int]:
+    """Row indexes written since someone last showed them (a detached run reaped by any command)."""
+    with campaign.lock():
+        state = campaign.load_state()
+        pending = state.get("unreported", [])
+        if not pending:
+            return []
+        rows = {r.index: r for r in campaign.rows()}
+        taken = [i for i in pending if keys is None or _key_of(rows.get(i)) & keys]
+        state["unreported"] = [i for i in pending if i not in taken]
+        campaign.save_state(state)
+        return taken
+
+
+def _key_of(row) -> set[str]:
+    if row is None:
+        return set()
+    return {row.branch, row.branch.rsplit("/", 1)[-1]}
