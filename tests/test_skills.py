@@ -81,16 +81,45 @@ def test_check_json_lists_the_five_skills():
 
 
 @pytest.mark.parametrize("name", SKILLS)
-def test_evals_have_five_should_trigger_and_three_should_not_cases(name):
-    cases = json.loads((ROOT / "skills" / name / "evals.json").read_text())
-    keys = {"id", "question", "expected_skill", "should_trigger", "expected_behavior"}
-    assert all(keys <= set(case) for case in cases)
-    assert len({case["id"] for case in cases}) == len(cases)
-    positive = [c for c in cases if c["should_trigger"] is True]
-    negative = [c for c in cases if c["should_trigger"] is False]
-    assert len(positive) >= 5 and len(negative) >= 3
-    assert all(c["expected_skill"] == name for c in positive)
-    assert all(c["question"].strip() and c["expected_behavior"].strip() for c in cases)
+def test_evals_are_in_skill_creator_format_with_checkable_expectations(name):
+    data = json.loads((ROOT / "skills" / name / "evals" / "evals.json").read_text())
+    assert data["skill_name"] == name and len(data["evals"]) >= 3
+    assert [case["id"] for case in data["evals"]] == list(range(1, len(data["evals"]) + 1))
+    for case in data["evals"]:
+        assert set(case) == {"id", "prompt", "expected_output", "files", "expectations"}
+        assert case["prompt"].strip() and case["expected_output"].strip() and case["expectations"]
+    assert not (ROOT / "skills" / name / "evals.json").exists()  # one place for the evals
+
+
+@pytest.mark.parametrize("name", SKILLS)
+def test_trigger_evals_have_five_should_and_three_should_not_cases(name):
+    cases = json.loads((ROOT / "skills" / name / "evals" / "trigger-evals.json").read_text())
+    assert all(set(case) == {"query", "should_trigger"} for case in cases)
+    assert len({case["query"] for case in cases}) == len(cases)
+    assert sum(c["should_trigger"] is True for c in cases) >= 5
+    assert sum(c["should_trigger"] is False for c in cases) >= 3
+
+
+def test_shared_trigger_queries_name_one_owning_skill():
+    owners: dict[str, list[str]] = {}
+    negatives: dict[str, list[str]] = {}
+    for name in SKILLS:
+        for case in json.loads((ROOT / "skills" / name / "evals" / "trigger-evals.json").read_text()):
+            (owners if case["should_trigger"] else negatives).setdefault(case["query"], []).append(name)
+    cont = "Continue the lr-sweep campaign until its stop rule says stop."
+    assert owners[cont] == ["auto-research"] and "session-memory" in negatives[cont]
+    ajet = "Watch my ajet run in the ajet_math_topk50 session and fix it if it crashes."
+    assert owners[ajet] == ["blueprint-swarm"] and {"tmux-monitor", "auto-research"} <= set(negatives[ajet])
+    assert all(len(skills) == 1 for skills in owners.values())
+    assert sum(query in owners for query in negatives) >= 8  # near-misses that another skill answers
+
+
+def test_campaign_evals_check_baseline_verdict_sleep_and_kill_server_from_the_commands():
+    evals = json.loads((ROOT / "skills/auto-research/evals/evals.json").read_text())["evals"]
+    expectations = " ".join(e for case in evals for e in case["expectations"])
+    for needle in ("`ars exp baseline` before the first `ars exp start`", "verdict line", "bare `sleep`",
+                   "`tmux kill-server`", "`ars campaign pause`"):  # fmt: skip
+        assert needle in expectations, needle
 
 
 @pytest.mark.parametrize(
@@ -208,7 +237,8 @@ def test_link_mode_symlinks_what_needs_no_rewriting(tmp_path):
     skill = dest / "auto-research"
     reference = skill / "references" / "git-workflow.md"
     assert reference.is_symlink() and reference.resolve() == ROOT / "references" / "git-workflow.md"
-    assert (skill / "evals.json").is_symlink()
+    assert (skill / "evals" / "evals.json").is_symlink()
+    assert (skill / "evals" / "trigger-evals.json").is_symlink()
     assert not (skill / "SKILL.md").is_symlink()  # its links are rewritten
     assert_self_contained(dest)
 
@@ -238,6 +268,15 @@ def test_check_reports_each_problem_on_one_line(tmp_path):
         "---\nname: Bad_Skill\ndescription: does things\n---\n\n"
         "Read [the notes](notes.md).\n\n```bash\nars nosuch run x\nars exp start a --bogus 1\n```\n"
     )
+    (skill / "evals").mkdir()
+    broken = {
+        "skill_name": "bad",
+        "evals": [{"id": 1, "prompt": "", "expectation": ["x"], "files": ["in.csv"]}],
+    }
+    (skill / "evals" / "evals.json").write_text(json.dumps(broken))
+    (skill / "evals" / "trigger-evals.json").write_text(
+        '[{"query": "go", "should_trigger": "yes"}, {"question": "x"}]'
+    )
     (skill / "evals.json").write_text('[{"id": 1}]')
     result = CliRunner().invoke(cli, ["skills", "check", "--dir", str(tmp_path / "skills")])
     assert result.exit_code == 1
@@ -251,9 +290,39 @@ def test_check_reports_each_problem_on_one_line(tmp_path):
         "link notes.md does not resolve",
         "has no command 'nosuch'",
         "has no option --bogus",
-        "lacks question",
+        "skill_name is 'bad', expected 'Bad_Skill'",
+        "eval id 1 lacks expected_output, expectations",
+        "eval id 1: unknown key expectation",
+        "eval id 1: prompt must be a non-empty string",
+        "eval id 1: file in.csv does not exist",
+        "1 evals (at least 3)",
+        "evals/trigger-evals.json: case 1: should_trigger must be true or false",
+        "case 2 has question: exactly query and should_trigger",
+        "0 should-trigger and 0 should-not-trigger cases",
+        "Bad_Skill/evals.json: old trigger format",
     ):
         assert expected in text, expected
+
+
+def test_check_refuses_a_trigger_query_owned_by_two_skills(tmp_path):
+    shutil.copytree(ROOT / "skills", tmp_path / "skills")
+    path = tmp_path / "skills" / "tmux-monitor" / "evals" / "trigger-evals.json"
+    cases = json.loads(path.read_text())
+    cases.append(
+        {"query": "continue the  lr-sweep campaign until its stop rule says stop.", "should_trigger": True}
+    )
+    path.write_text(json.dumps(cases))
+    _, problems = check(tmp_path / "skills")
+    owned = [p for p in problems if "give it one owner" in p.message]
+    assert sorted(p.skill for p in owned) == ["auto-research", "tmux-monitor"]
+    assert all("auto-research and tmux-monitor" in p.message for p in owned)
+
+
+def test_installed_skills_carry_their_evals(tmp_path):
+    install([tmp_path / "dest"])
+    for name in SKILLS:
+        for rel in ("evals/evals.json", "evals/trigger-evals.json"):
+            assert (tmp_path / "dest" / name / rel).read_text() == (ROOT / "skills" / name / rel).read_text()
 
 
 def test_check_of_a_missing_folder_is_bad_input(tmp_path):

@@ -73,7 +73,7 @@ HOOKS = (
     HookSpec("PreCompact", "pre-compact"),
 )
 # Our entries in a settings file, whatever path the ars command is called by.
-OURS = re.compile(r"(?:^|[\s/\"'])ars hook (?:stop|session-start|pre-compact)\b")
+OURS = re.compile(r"(?:^|[\s/\"'])ars[\"']? hook (?:stop|session-start|pre-compact)\b")
 PLUGIN_LAUNCHER = 'sh "${CLAUDE_PLUGIN_ROOT}/hooks/ars-hook"'
 
 
@@ -325,6 +325,8 @@ def next_step(campaign, rows: list, state: dict, ref: str) -> str:
             value = result.get("metric_value")
             shown = f"{campaign.settings.metric} {value}" if value is not None else "its result"
             steps.append(f'`ars exp mark keep|discard{slug} --reason "..."{flag}` (decide {key}: {shown})')
+        elif item.get("phase") in ("opening", "open") and key == "baseline":
+            steps.append(f"`ars exp run{slug}{flag}` (runs the baseline: the code as it is)")
         elif item.get("phase") in ("opening", "open"):
             where = f" in {item['workdir']}" if item.get("workdir") else ""
             steps.append(f"edit the files of {key}{where}, then `ars exp run{slug}{flag}`")
@@ -381,6 +383,8 @@ def _write_counter(folder: Path, record: dict) -> None:
 
 
 def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecision:
+    if max_blocks <= 0:
+        return StopDecision(False, "blocking is off (--max-blocks 0)")
     cwd = event_cwd(event)
     root = find_up(cwd, CAMPAIGNS_DIR)
     if root is None:

@@ -2,14 +2,16 @@
 
 Source layout (a checkout, or the package data of a wheel):
 
-    skills/<name>/SKILL.md, evals.json   links such as ../../references/git-workflow.md
+    skills/<name>/SKILL.md               links such as ../../references/git-workflow.md
+                  evals/evals.json       behaviour evals in Anthropic skill-creator's format
+                  evals/trigger-evals.json  trigger cases: skill-creator's description eval set
     references/*.md, templates/*         long-form material shared by the skills
 
 In the repository (and in the Claude Code plugin, which is the repository) those links resolve
 as they are. An installed skill must stand alone, so `install` writes a self-contained folder:
 
     <dest>/<name>/SKILL.md               links rewritten: references/git-workflow.md
-                  evals.json
+                  evals/                 as in the source
                   references/*.md        every file the skill links to, and what those link to
                   templates/*
                   .ars-skill             marker: this folder is ours to update
@@ -17,6 +19,16 @@ as they are. An installed skill must stand alone, so `install` writes a self-con
 A folder without the marker is never touched. `--link` symlinks every file whose text needs no
 rewriting to the checkout, so edits to references show at once (SKILL.md itself is rewritten,
 so re-run `install` after editing it).
+
+The evals are the two files skill-creator (anthropics/skills) runs: `evals/evals.json`,
+{"skill_name", "evals": [{"id", "prompt", "expected_output", "files", "expectations"}]}, for
+its with-skill/without-skill runs and grader, and `evals/trigger-evals.json`, a list of
+{"query", "should_trigger"}, for its description loop (`scripts.run_loop --eval-set`). Trigger
+cases get their own file because that loop reads exactly that list. A query that appears in
+several skills' trigger files says which one skill answers it: `check` refuses two owners.
+
+`install --hooks` also merges the agent hooks (`ars hook ...`, see hooks.py) into the agent's
+settings: Claude Code's .claude/settings.json, Codex's .codex/hooks.json.
 """
 
 from __future__ import annotations
@@ -44,7 +56,13 @@ NOTE_END = "<!-- autoresearch-skills:end -->"
 SHARED = ("references", "templates")  # shipped folders a skill may link into
 MAX_BODY_LINES = 500
 MIN_SHOULD_TRIGGER, MIN_SHOULD_NOT_TRIGGER = 5, 3
-EVAL_KEYS = ("id", "question", "expected_skill", "should_trigger", "expected_behavior")
+MIN_EVALS = 3
+EVALS_FILE = "evals/evals.json"  # skill-creator's evals (schemas.md: evals.json)
+TRIGGERS_FILE = "evals/trigger-evals.json"  # skill-creator's trigger eval set (run_loop --eval-set)
+EVAL_REQUIRED = ("id", "prompt", "expected_output", "expectations")
+EVAL_KEYS = (*EVAL_REQUIRED, "files")
+TRIGGER_KEYS = ("query", "should_trigger")
+HOOK_SETTINGS = {"claude": Path(".claude") / "settings.json", "codex": Path(".codex") / "hooks.json"}
 
 # [text](target) and ![alt](target "title"); [label]: target (reference definitions)
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*[\"'])?\s*\)")
@@ -406,7 +424,8 @@ def _display(path: Path, project: Path) -> str:
 
 def check(folder: Path) -> tuple[list[str], list[Problem]]:
     """Validate every skill in `folder`: the Agent Skills spec (skills-ref), body length, links,
-    evals.json, and every `ars ...` command its SKILL.md shows."""
+    the evals (skill-creator's formats, one owner per shared trigger query), and every `ars ...`
+    command its SKILL.md shows."""
     try:
         from skills_ref import validate
     except ImportError:
@@ -426,7 +445,13 @@ def check(folder: Path) -> tuple[list[str], list[Problem]]:
         problems += _check_body(name, shown, text)
         problems += plan_skill(skill_dir).problems
         problems += check_evals(skill_dir)
+        if (skill_dir / "evals.json").is_file():
+            old = _shown(skill_dir.resolve(), (skill_dir / "evals.json").resolve())
+            problems.append(
+                Problem(name, old, None, f"old trigger format: move the cases to {TRIGGERS_FILE}")
+            )
         problems += [Problem(name, shown, line, message) for line, message in check_commands(text)]
+    problems += check_owners(skills)
     return [s.name for s in skills], problems
 
 
@@ -451,46 +476,143 @@ def _check_body(name: str, shown: str, text: str) -> list[Problem]:
 
 
 def check_evals(skill_dir: Path) -> list[Problem]:
-    """evals.json: a list of trigger cases in NeMo-RL's format, enough of each kind."""
-    name = skill_dir.name
-    path = skill_dir / "evals.json"
+    """evals/evals.json and evals/trigger-evals.json in skill-creator's formats (module docstring)."""
+    return _check_eval_set(skill_dir) + _check_triggers(skill_dir)
+
+
+def _load_json(skill_dir: Path, rel: str, what: str) -> tuple[object, list[Problem], str]:
+    name, path = skill_dir.name, skill_dir / rel
     shown = _shown(skill_dir.resolve(), path.resolve())
     if not path.is_file():
-        return [Problem(name, shown, None, "missing: add trigger cases (see another skill's evals.json)")]
+        return None, [Problem(name, shown, None, f"missing: add {what} (see another skill's {rel})")], shown
     try:
-        cases = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8")), [], shown
     except json.JSONDecodeError as err:
-        return [Problem(name, shown, err.lineno, f"not valid JSON: {err.msg}")]
-    if not isinstance(cases, list):
-        return [Problem(name, shown, None, "must be a JSON list of cases")]
-    problems = []
-    ids = set()
-    for number, case in enumerate(cases):
-        missing = [key for key in EVAL_KEYS if not isinstance(case, dict) or key not in case]
-        if missing:
-            problems.append(Problem(name, shown, None, f"case {number} lacks {', '.join(missing)}"))
+        return None, [Problem(name, shown, err.lineno, f"not valid JSON: {err.msg}")], shown
+
+
+def _text(value) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _check_eval_set(skill_dir: Path) -> list[Problem]:
+    name = skill_dir.name
+    data, problems, shown = _load_json(skill_dir, EVALS_FILE, "behaviour evals in skill-creator's format")
+    if problems:
+        return problems
+
+    def problem(message: str) -> None:
+        problems.append(Problem(name, shown, None, message))
+
+    if not isinstance(data, dict) or not isinstance(data.get("evals"), list):
+        problem('must be an object {"skill_name": ..., "evals": [...]}')
+        return problems
+    if data.get("skill_name") != name:
+        problem(f"skill_name is {data.get('skill_name')!r}, expected {name!r}")
+    extra = sorted(set(data) - {"skill_name", "evals"})
+    if extra:
+        problem(f"unknown key {', '.join(extra)} (skill_name and evals only)")
+    ids: set = set()
+    for number, case in enumerate(data["evals"], start=1):
+        label = f"eval {number}"
+        if not isinstance(case, dict):
+            problem(f"{label} is not an object")
             continue
+        if isinstance(case.get("id"), int) and not isinstance(case["id"], bool):
+            label = f"eval id {case['id']}"
+            if case["id"] in ids:
+                problem(f"{label} appears twice")
+            ids.add(case["id"])
+        elif "id" in case:
+            problem(f"{label}: id must be an integer")
+        missing = [key for key in EVAL_REQUIRED if key not in case]
+        if missing:
+            problem(f"{label} lacks {', '.join(missing)}")
+        extra = sorted(set(case) - set(EVAL_KEYS))
+        if extra:
+            problem(f"{label}: unknown key {', '.join(extra)} (allowed: {', '.join(EVAL_KEYS)})")
+        for key in ("prompt", "expected_output"):
+            if key in case and not _text(case[key]):
+                problem(f"{label}: {key} must be a non-empty string")
+        expectations = case.get("expectations")
+        if "expectations" in case and (
+            not isinstance(expectations, list) or not expectations or not all(_text(e) for e in expectations)
+        ):
+            problem(f"{label}: expectations must be a non-empty list of statements")
+        files = case.get("files", [])
+        if not isinstance(files, list) or not all(_text(f) for f in files):
+            problem(f"{label}: files must be a list of paths relative to the skill folder")
+        else:
+            for rel in files:
+                if not (skill_dir / rel).is_file():
+                    problem(f"{label}: file {rel} does not exist in the skill folder")
+    if len(data["evals"]) < MIN_EVALS:
+        problem(f"{len(data['evals'])} evals (at least {MIN_EVALS})")
+    return problems
+
+
+def _check_triggers(skill_dir: Path) -> list[Problem]:
+    name = skill_dir.name
+    cases, problems, shown = _load_json(skill_dir, TRIGGERS_FILE, "trigger cases")
+    if problems:
+        return problems
+
+    def problem(message: str) -> None:
+        problems.append(Problem(name, shown, None, message))
+
+    if not isinstance(cases, list):
+        problem('must be a JSON list of {"query": ..., "should_trigger": true|false}')
+        return problems
+    seen: set[str] = set()
+    for number, case in enumerate(cases, start=1):
+        if not isinstance(case, dict) or set(case) != set(TRIGGER_KEYS):
+            keys = ", ".join(sorted(case)) if isinstance(case, dict) else type(case).__name__
+            problem(f"case {number} has {keys or 'no keys'}: exactly query and should_trigger")
+            continue
+        if not _text(case["query"]):
+            problem(f"case {number}: query must be a non-empty string")
+        elif _normal(case["query"]) in seen:
+            problem(f"case {number}: query {case['query'][:50]!r} appears twice")
+        else:
+            seen.add(_normal(case["query"]))
         if not isinstance(case["should_trigger"], bool):
-            problems.append(
-                Problem(name, shown, None, f"case {case['id']}: should_trigger must be true or false")
-            )
-        if case["should_trigger"] and case["expected_skill"] != name:
-            problems.append(Problem(name, shown, None, f"case {case['id']}: expected_skill should be {name}"))
-        if case["id"] in ids:
-            problems.append(Problem(name, shown, None, f"case id {case['id']} appears twice"))
-        ids.add(case["id"])
+            problem(f"case {number}: should_trigger must be true or false")
     positive = sum(1 for c in cases if isinstance(c, dict) and c.get("should_trigger") is True)
     negative = sum(1 for c in cases if isinstance(c, dict) and c.get("should_trigger") is False)
     if positive < MIN_SHOULD_TRIGGER or negative < MIN_SHOULD_NOT_TRIGGER:
-        problems.append(
-            Problem(
-                name,
-                shown,
-                None,
-                f"{positive} should-trigger and {negative} should-not-trigger cases "
-                f"(at least {MIN_SHOULD_TRIGGER} and {MIN_SHOULD_NOT_TRIGGER})",
-            )
+        problem(
+            f"{positive} should-trigger and {negative} should-not-trigger cases "
+            f"(at least {MIN_SHOULD_TRIGGER} and {MIN_SHOULD_NOT_TRIGGER})"
         )
+    return problems
+
+
+def _normal(query: str) -> str:
+    return " ".join(query.lower().split())
+
+
+def check_owners(skill_dirs: list[Path]) -> list[Problem]:
+    """A query in several skills' trigger files must have one owner: at most one says true."""
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for skill_dir in skill_dirs:
+        try:
+            cases = json.loads((skill_dir / TRIGGERS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # reported by check_evals
+        shown = _shown(skill_dir.resolve(), (skill_dir / TRIGGERS_FILE).resolve())
+        for case in cases if isinstance(cases, list) else []:
+            if isinstance(case, dict) and case.get("should_trigger") is True and _text(case.get("query")):
+                owners.setdefault(_normal(case["query"]), []).append((skill_dir.name, shown))
+    problems = []
+    for query, found in owners.items():
+        if len(found) > 1:
+            names = " and ".join(n for n, _ in found)
+            problems += [
+                Problem(
+                    n, shown, None, f"query {query[:50]!r} should trigger both {names}: give it one owner"
+                )
+                for n, shown in found
+            ]
     return problems
 
 
@@ -682,15 +804,32 @@ def cli() -> None:
 @click.option(
     "--agents-md", is_flag=True, help="add a pointer to the skills in the project's CLAUDE.md / AGENTS.md"
 )
+@click.option(
+    "--hooks",
+    is_flag=True,
+    help="also add the agent hooks (`ars hook ...`) to Claude Code's settings.json / Codex's hooks.json",
+)
+@click.option("--remove", is_flag=True, help="with --hooks: take our hooks out again (the skills stay)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object")
 def install_cmd(
-    agent: str, scope: str, dest: Path | None, link: bool, agents_md: bool, as_json: bool
+    agent: str,
+    scope: str,
+    dest: Path | None,
+    link: bool,
+    agents_md: bool,
+    hooks: bool,
+    remove: bool,
+    as_json: bool,
 ) -> None:
     """Install the skills where agents find them; re-running updates them in place.
 
-    Each skill becomes a self-contained folder: SKILL.md (links rewritten), evals.json and the
+    Each skill becomes a self-contained folder: SKILL.md (links rewritten), its evals/ and the
     references and templates it links to. A folder of the same name that ars did not create is
     never touched: the install stops with an error and writes nothing.
+
+    --hooks merges the stop, session-start and pre-compact hooks into .claude/settings.json
+    (Claude Code) or .codex/hooks.json (Codex), under --scope: other hooks and settings stay,
+    re-running changes nothing, --remove takes out only ours (commands `ars hook ...`).
 
     \b
     Examples:
@@ -699,7 +838,18 @@ def install_cmd(
       ars skills install --link                         # a checkout: references stay live
       ars skills install --dest /tmp/skills --json
       ars skills install --scope project --agents-md    # and point CLAUDE.md / AGENTS.md at them
+      ars skills install --agent claude --scope project --hooks   # and .claude/settings.json hooks
+      ars skills install --agent claude --hooks --remove          # take the hooks out again
     """
+    agents = list(AGENT_FOLDERS) if agent == "all" else [agent]
+    if remove and not hooks:
+        raise BadInput(
+            "--remove takes the hooks out: pass --hooks with it (installed skills stay either way)"
+        )
+    if remove:
+        changed = install_hooks(agents, scope, remove=True)
+        _report_hooks(changed, as_json, {})
+        return
     dest_dirs = destinations(agent, scope, dest)
 
     def progress(item: Installed) -> None:
@@ -707,22 +857,45 @@ def install_cmd(
             click.echo(f"installed: {item.skill} -> {item.path} ({item.action}, {item.mode})")
 
     done = install(dest_dirs, link=link, progress=progress)
+    changed = install_hooks(agents, scope) if hooks else []
     notes: list[Path] = []
     if agents_md:
-        agents = list(AGENT_FOLDERS) if agent == "all" else [agent]
         shown_dirs = dest_dirs * len(agents) if dest is not None else dest_dirs
         skills = sorted({item.skill for item in done})
         notes = write_agent_note(project_root(), agents, shown_dirs, skills)
-    if as_json:
+    report = {"installed": [asdict(item) for item in done], "notes": [str(n) for n in notes]}
+    if not as_json:
+        for note in notes:
+            click.echo(f"note: {note}")
         click.echo(
-            json.dumps(
-                {"installed": [asdict(item) for item in done], "notes": [str(n) for n in notes]}, indent=2
-            )
+            f"skills: {len({i.skill for i in done})} installed in {', '.join(str(d) for d in dest_dirs)}"
         )
+    _report_hooks(changed, as_json, report if as_json else None)
+
+
+def install_hooks(agents: list[str], scope: str, remove: bool = False) -> list[dict]:
+    """Merge our hooks into each agent's settings file (or take them out): what happened where."""
+    from autoresearch_skills.hooks import install_settings
+
+    base = Path.home() if scope == "user" else project_root()
+    done = []
+    for agent in agents:
+        path = base / HOOK_SETTINGS[agent]
+        done.append({"agent": agent, "path": str(path), "action": install_settings(path, remove=remove)})
+    return done
+
+
+def _report_hooks(changed: list[dict], as_json: bool, report: dict | None) -> None:
+    if as_json:
+        click.echo(json.dumps({**(report or {}), "hooks": changed}, indent=2))
         return
-    for note in notes:
-        click.echo(f"note: {note}")
-    click.echo(f"skills: {len({i.skill for i in done})} installed in {', '.join(str(d) for d in dest_dirs)}")
+    for item in changed:
+        click.echo(f"hooks: {item['action']} -> {item['path']}")
+        if item["agent"] == "codex" and item["action"] in ("added", "updated"):
+            click.echo(
+                "note: Codex runs new hooks once you trust them (/hooks); versions from before hooks were "
+                "on by default also need `[features] codex_hooks = true` in config.toml"
+            )
 
 
 @cli.command("check")
