@@ -1201,9 +1201,9 @@ def end_attempt(
     They follow the attempt's own heading; a repeated heading keeps them attributed when another
     section was appended in between (a note written by hand)."""
     path = Path(result_dir) / TRIAL_LOG
-    attempts = read_trial_log(result_dir)
     lines = []
-    if not attempts or attempts[-1].number != number:
+    heading = _ATTEMPT_HEADING.match(_last_heading(path))
+    if heading is None or int(heading.group(1)) != number:
         lines.append(f"## Attempt {number} (end)")
     lines.append(_bullet("ended", ended_at or now_iso()))
     lines.append(_bullet("exit status", "unknown" if exit_status is None else str(exit_status)))
@@ -1217,6 +1217,14 @@ def end_attempt(
     return path
 
 
+def _last_heading(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    return next((line for line in reversed(text.splitlines()) if line.startswith("#")), "")
+
+
 def read_trial_log(result_dir: str | Path) -> list[Attempt]:
     """The attempts in trial_log.md, in attempt order; entries written by hand are read as far as
     their bullets go (`- fix:`, `- failed with:` ...)."""
@@ -1228,10 +1236,15 @@ def read_trial_log(result_dir: str | Path) -> list[Attempt]:
     attempts: dict[int, Attempt] = {}
     current: Attempt | None = None
     for item_lines in _trial_blocks(text):
-        heading = _ATTEMPT_HEADING.match(item_lines[0])
-        if heading:
-            number = int(heading.group(1))
-            current = attempts.setdefault(number, Attempt(number))
+        if item_lines[0].startswith(
+            "#"
+        ):  # an attempt's heading, or another section: a note, not attempt data
+            heading = _ATTEMPT_HEADING.match(item_lines[0])
+            current = (
+                attempts.setdefault(int(heading.group(1)), Attempt(int(heading.group(1))))
+                if heading
+                else None
+            )
             continue
         if current is None:
             continue
@@ -1559,7 +1572,7 @@ def blueprint_status(bp: Blueprint, ledger_rows: Sequence | None = None) -> Stat
     else:
         status.state = "between_attempts"
         status.status = latest.verdict
-        status.detail = latest.diagnosis.split(" (", 1)[0] if latest.diagnosis else ""
+        status.detail = latest.diagnosis.split(":", 1)[0] if latest.diagnosis else ""
     return status
 
 
