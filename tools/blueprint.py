@@ -414,11 +414,10 @@ def parse_text(text: str, path: Path) -> Blueprint:
         if item.key == "first step pattern":
             pattern = _unquote(item.value) or pattern
             continue
-        if _PLACEHOLDER.search(item.value):
-            still = _PLACEHOLDER.search(item.value).group()
+        if still := _PLACEHOLDER.search(item.value):
             issue(
                 "exp_max_time",
-                f"the first-step timeout is not filled in (still `{still}`)",
+                f"the first-step timeout is not filled in (still `{still.group()}`)",
                 "write e.g. `20m`",
             )
             continue
@@ -440,7 +439,7 @@ def parse_text(text: str, path: Path) -> Blueprint:
         )
 
     # Other Notes
-    notes = [line for line in found.get(NOTES, [])]
+    notes = list(found.get(NOTES, []))
     while notes and not notes[-1].strip():
         notes.pop()
     if NOTES in found and not any(line.strip() for line in notes):
@@ -525,7 +524,7 @@ def check(bp: Blueprint) -> list[Problem]:
                 f"passes a config but not {bp.yaml.name} from [exp_yaml_path]",
                 "make the command and [exp_yaml_path] name the same file (a sibling's command runs the sibling)",
             )
-    if bp.command:
+    if bp.command and (bp.yaml is None or doc is not None):  # a YAML that did not parse says nothing yet
         problems += _check_settings(bp, doc)
     return problems
 
@@ -1766,6 +1765,8 @@ def check_cmd(files: tuple[Path, ...], as_json: bool) -> None:
             blueprints.append(parse(given))
         except BadInput as err:
             unreadable.append(Problem(str(given), "", err.message.removeprefix(f"{given} "), _TEMPLATE_HINT))
+    unique = {bp.path.resolve(): bp for bp in blueprints}  # `check a.md blueprints/` names a.md twice
+    blueprints = list(unique.values())
     problems = unreadable + check_all(blueprints)
     bad = {p.file for p in problems}
     if as_json:
