@@ -671,3 +671,19 @@ def test_run_is_not_yet_part_of_this_version(tmp_path):
     done = ars("blueprint", "run", "x.md", "--gpus", "0-7", cwd=tmp_path)
     assert done.returncode == 2
     assert "ars run --launcher tmux" in done.stderr
+
+
+def test_finish_writes_results_then_the_flag_and_refuses_twice(project):
+    bp = finished_blueprint(project, LOGS / "verl_console.log", LOGS / "agentjet_val_results.md")
+    path = project.parent / "blueprints" / "math_topk50.md"
+    done = ars("blueprint", "finish", str(path), "--status", "ok", cwd=project.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"results: {bp.result_dir / 'results.md'}",
+        "headline: task_pass_rate@1 96.490000 at step 20",
+        f"finish.flag: {bp.result_dir / 'finish.flag'} (status ok)",
+    ]
+    assert read_flag(bp.result_dir / "finish.flag")["status"] == "ok"
+    again = ars("blueprint", "finish", str(path), "--status", "failed", cwd=project.parent)
+    assert again.returncode == 2 and "exists (status ok)" in again.stderr
+    assert read_flag(bp.result_dir / "finish.flag")["status"] == "ok"

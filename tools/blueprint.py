@@ -8,6 +8,7 @@ Contract:
                           `FILE: problem — fix` line on stderr per problem otherwise.
     ars blueprint status  one line per blueprint (queued, running, between attempts, finished),
                           read from its result dir and the campaign ledger. Always exit 0.
+    ars blueprint finish  results.md, then finish.flag (last); refuses a blueprint already finished.
 
 A blueprint's result dir is written only by the functions below, so every run leaves the same files:
     attempt-<n>.log   the console log of attempt n: a fresh file per attempt, never truncated or reused
@@ -1615,7 +1616,8 @@ def find_blueprints(paths: Sequence[Path]) -> list[Path]:
 
 @click.group("blueprint", context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
-    """Experiment blueprints (AgentJet's format): write them, check them, see where they stand.
+    """Experiment blueprints (AgentJet's format): write them, check them, see where they stand,
+    and end them with their results document and finish.flag.
 
     \b
     Examples:
@@ -1624,6 +1626,7 @@ def cli() -> None:
       ars blueprint new --from plan.yaml --out-dir blueprints/
       ars blueprint check blueprints/*.md
       ars blueprint status blueprints/
+      ars blueprint finish blueprints/math_topk50.md --status ok
     """
 
 
@@ -1843,6 +1846,58 @@ def status_cmd(paths: tuple[Path, ...], ledger: Path | None, as_json: bool) -> N
         counts[s.state] = counts.get(s.state, 0) + 1
     summary = ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in counts.items())
     click.echo(f"blueprints: {len(statuses)}" + (f" ({summary})" if summary else ""))
+
+
+@cli.command("finish")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--status", "final", required=True, type=click.Choice(FINAL_STATUSES), help="the final status")
+@click.option("--note", default="", help="what a reader must know: why it failed, what the figures mean")
+@click.option(
+    "--preset", default="verl", show_default=True, help="metric preset for the files (any of ars metric)"
+)
+@click.option("--metric", "metrics", multiple=True, help="a metric to report first (repeatable)")
+@click.option(
+    "--validation", type=click.Path(dir_okay=False, path_type=Path), help="[the YAML's validation file]"
+)
+@click.option("--log", type=click.Path(dir_okay=False, path_type=Path), help="[the newest attempt-<n>.log]")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+def finish_cmd(file: Path, final: str, note: str, preset: str, metrics, validation, log, as_json) -> None:
+    """End a blueprint: write results.md from the run's own files (the validation file, the last
+    attempt's log, the trial log), then finish.flag with the final status, last. Use it when a run
+    is over, and also when it failed beyond repair (say why in --note): whoever schedules
+    blueprints waits for finish.flag. Refuses when finish.flag is already there.
+
+    \b
+    Examples:
+      ars blueprint finish blueprints/math_topk50.md --status ok
+      ars blueprint finish blueprints/math_topk50.md --status failed --note "OOM at every batch size tried"
+      ars blueprint finish blueprints/lm.md --status ok --preset karpathy --metric val_bpb
+    """
+    bp = parse(file)
+    if bp.result_dir is None:
+        raise BadInput(f"{file}: [exp_result_dir] is not set; run `ars blueprint check {file}`")
+    flag = bp.result_dir / FINISH_FLAG
+    if flag.exists():
+        done = read_flag(flag).get("status", "unknown")
+        raise BadInput(
+            f"{flag} exists (status {done}): this blueprint is over; remove the flag to finish it again"
+        )
+    results = write_results(
+        bp, final, log=log, validation=validation, preset=preset, metrics=metrics, note=note
+    )
+    written = write_finish_flag(bp.result_dir, final, results.headline)
+    if as_json:
+        out = {
+            "results": str(results.path),
+            "headline": results.headline,
+            "flag": str(written),
+            "status": final,
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"results: {results.path}")
+    click.echo(f"headline: {results.headline or 'none (no metric found; see results.md)'}")
+    click.echo(f"finish.flag: {written} (status {final})")
 
 
 @cli.command("run")
