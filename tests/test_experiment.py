@@ -70,6 +70,10 @@ def test_baseline_and_three_experiments_give_four_rows_branches_and_verdict(repo
     last = experiment(repo, "exact-lr", "0.03")  # 1.0: keep, from best (closer-lr)
     verdict = last.stdout.strip().splitlines()[-1]  # what is left is kept after a stop
     assert verdict.startswith("stop condition met: 4/4 attempted, ") and verdict.endswith("m remaining")
+    # the hand-driven path ends as cleanly as the loop: checkout home, the best result named
+    assert "back on main" in last.stdout and git(repo, "branch", "--show-current") == "main"
+    assert "best: #3 val_bpb 1.000000 on autoresearch/t-demo/exact-lr" in last.stdout
+    assert "git checkout autoresearch/t-demo/exact-lr" in last.stdout
 
     table = rows(repo)
     assert [(r.index, r.status) for r in table] == [(0, "keep"), (1, "keep"), (2, "discard"), (3, "keep")]

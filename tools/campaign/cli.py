@@ -200,6 +200,41 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
     raise SystemExit(0 if facts["should_continue"] else 1)
 
 
+@cli.command("finish")
+@click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+@click.option("--json", "as_json", is_flag=True)
+def finish_cmd(ref: str | None, as_json: bool) -> None:
+    """End a campaign cleanly: checkout back on its starting branch, worktrees removed,
+    the session subtask closed, and where the best result lives.
+
+    Runs by itself when the stop condition is met after `ars exp run`; call it to end a
+    campaign early. Refuses while experiments are in flight (cancel or record them first).
+
+    \b
+    Examples:
+      ars campaign finish
+      ars campaign finish --campaign lr-sweep --json
+    """
+    from autoresearch_skills.campaign.finish import wrap_up
+    from autoresearch_skills.errors import BadInput
+
+    campaign = find(ref)
+    in_flight = list(campaign.load_state().get("experiments", {}))
+    if in_flight:
+        raise BadInput(
+            f"experiments in flight ({', '.join(in_flight)}): wait for them (`ars exp wait`), "
+            "or cancel them (`ars exp cancel SLUG --reason ...`), then finish"
+        )
+    lines = wrap_up(campaign)
+    verdict = campaign.verdict()
+    if as_json:
+        click.echo(json.dumps({"done": lines, "verdict": verdict.to_json()}, indent=2))
+        return
+    for line in lines:
+        click.echo(line)
+    click.echo(verdict.line)
+
+
 interrupt_option = click.option(
     "--on-interrupt",
     type=click.Choice(["wait", "cancel"]),

@@ -81,13 +81,27 @@ def _report(
         }
         if len(ended) == 1:  # the single-run shape `ars exp run --json` always had
             payload.update(result=ended[0].result, row=payload["ended"][0]["row"])
+        from autoresearch_skills.campaign.finish import finished, wrap_up
+
+        if finished(campaign):
+            payload["finished"] = wrap_up(campaign)
         click.echo(json.dumps(payload, indent=2, default=str))
         return
     for n, item in enumerate(ended):
         if n:
             click.echo("")
         _print_ended(campaign, item)
+    _wrap_up_if_over(campaign)
     click.echo(verdict.line)
+
+
+def _wrap_up_if_over(campaign: Campaign) -> None:
+    """The hand-driven path ends as cleanly as the loop: checkout home, worktrees gone."""
+    from autoresearch_skills.campaign.finish import finished, wrap_up
+
+    if finished(campaign):
+        for line in wrap_up(campaign):
+            click.echo(line)
 
 
 def _progress(campaign: Campaign):
@@ -333,6 +347,7 @@ def cancel_cmd(slug, reason, ref) -> None:
             experiment.cancel(campaign, record["key"], reason=reason)
         row = experiment.record(campaign, record["key"], status="cancelled", reason=reason)
     click.echo(f"ledger: row {row.index} cancelled in {campaign.ledger}")
+    _wrap_up_if_over(campaign)
     click.echo(campaign.verdict().line)
 
 
@@ -356,6 +371,7 @@ def mark_cmd(status, slug, reason, ref) -> None:
         raise BadInput("this experiment has not run: only crash or cancelled can be recorded")
     row = experiment.record(campaign, record["key"], status=status, reason=reason)
     click.echo(f"ledger: row {row.index} {status} in {campaign.ledger}")
+    _wrap_up_if_over(campaign)
     click.echo(campaign.verdict().line)
 
 

@@ -297,14 +297,22 @@ def _commit(campaign: Campaign, state: dict, experiment: dict, message: str | No
     from autoresearch_skills import gitflow
 
     workdir = Path(experiment["workdir"])
-    paths = gitflow.changed_paths(workdir, experiment["snapshot"])
     first = experiment["slug"] == "baseline" or not experiment["commits"]  # later ones are fix-ups
     text = (message or experiment["description"]) if first else f"fix-up: {message or 'follow-up change'}"
-    sha = gitflow.commit_paths(workdir, paths, text)
-    experiment["commits"].append(sha)
+    done = gitflow.commit_changes(workdir, experiment["snapshot"], text, max_bytes=_max_bytes(campaign))
+    if done.left_out:  # generated files (checkpoints, wandb/, files over the size limit) stay out
+        click.echo(done.left_out_line(), err=True)
+    experiment["commits"].append(done.sha)
     experiment["snapshot"] = gitflow.untracked_snapshot(workdir)
     campaign.save_state(state)
-    return sha
+    return done.sha
+
+
+def _max_bytes(campaign: Campaign) -> int:
+    from autoresearch_skills import gitflow
+
+    limit = campaign.settings.max_commit_mb
+    return int(limit * 1_000_000) if limit else gitflow.MAX_COMMIT_BYTES
 
 
 # ---------------------------------------------------------------- launching
@@ -328,7 +336,7 @@ def request_run(
         state = settled_state(campaign)
         experiment = select(state, ref, phases=("open",), verb="run")
         workdir = Path(experiment["workdir"])
-        if gitflow.changed_paths(workdir, experiment["snapshot"]):
+        if gitflow.changed_paths(workdir, experiment["snapshot"], _max_bytes(campaign)):
             _commit(campaign, state, experiment)
         if experiment["slug"] != "baseline" and not experiment["commits"] and not experiment.get("rerun_of"):
             raise BadInput(

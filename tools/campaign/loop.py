@@ -95,6 +95,10 @@ def read_campaign_file(path: Path) -> dict:
     missing = [k for k in ("name", "metric", "direction", "command", "policy") if k not in data]
     if missing:
         raise BadInput(f"{path} lacks {', '.join(missing)}; see templates/campaign.yaml")
+    from autoresearch_skills.campaign.config import check_keys, check_types
+
+    check_keys(data, str(path))  # `launchr: tmux` is a typo, never a silent default
+    check_types(data, str(path))
     return data
 
 
@@ -439,44 +443,17 @@ class Loop:
         return f"{best.metric_value:.4f} ({Path(best.branch).name})" if best else "-"
 
     def finish(self) -> int:
+        from autoresearch_skills.campaign.finish import wrap_up
+
         verdict = self.campaign.verdict()
         if self.interrupts.requested:
             self.out.event("stopped", "stopped on interrupt; resume with `ars campaign resume`")
         else:
-            self.go_home()
-            removed = experiment.remove_worktrees(self.campaign)
-            if removed:
-                self.out.event(
-                    "worktrees",
-                    f"removed {len(removed)} campaign worktree(s); every result stays on its branch",
-                )
+            for line in wrap_up(self.campaign):
+                self.out.event("finish", line)
         self.out.event("summary", f"best: {self.best_text()}; ledger: {self.campaign.ledger}")
         self.out.event("verdict", verdict.line, should_continue=verdict.should_continue)
         return 0
-
-    def go_home(self) -> None:
-        """Leave the user's checkout on the branch the campaign started from, as they left it:
-        every result stays on its own branch. Only when the experiments ran in place, nothing
-        is in flight and no tracked file is modified."""
-        from autoresearch_skills import gitflow
-
-        state = self.campaign.load_state()
-        home, repo = state.get("home_branch"), self.campaign.repo
-        if not home or state.get("experiments"):
-            return
-        try:
-            here = gitflow.current_branch(repo)
-            if here == home or not here.startswith(self.campaign.settings.prefix + "/"):
-                return
-            if gitflow.tree_state(repo).dirty_tracked:
-                return
-            gitflow.switch(repo, home)
-        except gitflow.GitError as err:
-            self.out.event("home", f"stayed on the experiment branch: {err}")
-            return
-        self.out.event(
-            "home", f"back on {home}; each experiment stays on its branch under {here.rsplit('/', 1)[0]}/"
-        )
 
 
 def run_campaign(campaign: Campaign, on_interrupt: str = "wait", as_json: bool = False) -> int:

@@ -62,6 +62,7 @@ class Settings:
     partition: str | None = None  # Slurm: sbatch --partition
     mem: str | None = None  # Slurm: sbatch --mem
     cpus: str | None = None  # Slurm: sbatch --cpus-per-task
+    max_commit_mb: float = 5  # new files larger than this stay out of hypothesis commits (5 MB)
 
     def stop_rules(self):
         from autoresearch_skills.stoprule import from_mapping
@@ -206,6 +207,9 @@ def load(folder: Path) -> Campaign:
     data = read_yaml(config, missing_hint="not a campaign folder; see `ars campaign init --help`")
     if not isinstance(data, dict):
         raise BadInput(f"{config} is not a campaign settings file (expected a mapping)")
+    from autoresearch_skills.campaign.config import check_keys
+
+    check_keys(data, str(config))  # a hand edit with a typo must not be silently ignored
     known = set(Settings.__dataclass_fields__)
     try:
         settings = Settings(**{k: v for k, v in data.items() if k in known})

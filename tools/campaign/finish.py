@@ -1,0 +1,63 @@
+"""The end of a campaign, the same whoever drove it (the loop, or an agent's `ars exp run`):
+
+- the user's checkout goes back to the branch the campaign started from, as they left it:
+  only when experiments ran in place, nothing is in flight and no tracked file is modified;
+- the campaign's worktrees that no experiment holds are removed (every result stays on its branch);
+- the session memory's current subtask is closed with the verdict;
+- the lines say where the best result lives (`git checkout <branch>` to use it).
+Each step is safe to repeat: `ars campaign finish` may be called again at any time.
+"""
+
+from __future__ import annotations
+
+from autoresearch_skills.campaign.store import Campaign
+
+
+def wrap_up(campaign: Campaign) -> list[str]:
+    """Close a campaign whose stop condition is met and which has nothing in flight.
+    Returns what was done, one line each, for the caller to print."""
+    from autoresearch_skills import ledger
+    from autoresearch_skills.campaign.experiment import remove_worktrees
+    from autoresearch_skills.memory import close_subtask
+
+    lines = []
+    home = go_home(campaign)
+    if home:
+        lines.append(home)
+    removed = remove_worktrees(campaign)
+    if removed:
+        lines.append(f"worktrees: removed {len(removed)}; every result stays on its branch")
+    best = ledger.best(campaign.rows(), campaign.settings.direction)
+    if best is not None:
+        lines.append(
+            f"best: #{best.index} {campaign.settings.metric} {best.metric_value:.6f} on {best.branch} "
+            f"(`git checkout {best.branch}` to use it)"
+        )
+    close_subtask(campaign.repo, campaign.verdict().line)
+    return lines
+
+
+def go_home(campaign: Campaign) -> str | None:
+    """Switch the user's checkout back to the campaign's starting branch when that is safe."""
+    from autoresearch_skills import gitflow
+
+    state = campaign.load_state()
+    home, repo = state.get("home_branch"), campaign.repo
+    if not home or state.get("experiments"):
+        return None
+    try:
+        here = gitflow.current_branch(repo)
+        if here == home or not here.startswith(campaign.settings.prefix + "/"):
+            return None
+        if gitflow.tree_state(repo).dirty_tracked:
+            return f"stayed on {here}: tracked files are modified there"
+        gitflow.switch(repo, home)
+    except gitflow.GitError as err:
+        return f"stayed on the experiment branch: {err}"
+    return f"back on {home}; each experiment stays on its branch under {here.rsplit('/', 1)[0]}/"
+
+
+def finished(campaign: Campaign) -> bool:
+    """Whether the campaign is over: its stop condition is met and nothing is in flight."""
+    state = campaign.load_state()
+    return not state.get("experiments") and not campaign.verdict(state=state).should_continue
