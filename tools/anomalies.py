@@ -8,6 +8,7 @@ is the long form of this table; keep the two in step.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -129,6 +130,14 @@ KINDS: tuple[Kind, ...] = (
         "An uncaught Python exception ended (or will end) the run.",
         "Read the exception line and the frame above it in the log; fix the code or config it names "
         "and rerun.",
+    ),
+    Kind(
+        "divergence",
+        "training diverged",
+        "The watched curve climbed back past where it started and stayed there: the run is "
+        "unlearning (learning rate too high, bad initialisation, an fp16 overflow).",
+        "Lower the learning rate or lengthen warmup, clip gradients, check the change this run "
+        "makes; compare its curve with the last kept run's.",
     ),
     Kind(
         "stall",
@@ -364,6 +373,34 @@ class LogScanner:
     def _note(anomaly: Anomaly | None, new: list[Anomaly]) -> None:
         if anomaly is not None:
             new.append(anomaly)
+
+
+DIVERGENCE_PATIENCE = 3  # consecutive reports past the starting value
+DIVERGENCE_MARGIN = 0.1  # the best must first have improved on the start by this fraction of it
+
+
+def diverged(
+    curve: list[tuple[float, float]],
+    direction: str,
+    patience: int = DIVERGENCE_PATIENCE,
+    margin: float = DIVERGENCE_MARGIN,
+) -> str | None:
+    """Why the curve (step, value) has diverged, or None. Diverged: it had clearly improved on its
+    first value, then its last `patience` values are all worse than that first value (a loss back
+    above its value at initialisation). Non-finite values are the nan_loss kind, not this one."""
+    points = [(step, value) for step, value in curve if math.isfinite(value)]
+    if len(points) < patience + 2:
+        return None
+    start = points[0][1]
+    sign = 1.0 if direction == "min" else -1.0
+    best = min(sign * value for _, value in points) * sign
+    if sign * (start - best) < margin * max(abs(start), 1e-12):
+        return None  # never clearly improved: a slow start, not a divergence
+    tail = points[-patience:]
+    if all(sign * (value - start) > 0 for _, value in tail):
+        step, value = tail[-1]
+        return f"diverged: {value:.6g} at step {step:g}, back past its start {start:.6g} (best {best:.6g})"
+    return None
 
 
 def scan_text(text: str) -> dict[str, Anomaly]:

@@ -1,0 +1,590 @@
+"""Watch a campaign run while it is in flight: condemn it early when it cannot end well.
+
+The contract: the engine builds a `WatchPolicy` once from campaign.yaml (`watch:` and `prune:`),
+a `RunWatcher` per run, and calls `watcher.poll(time.monotonic())` every second or two while the
+run is going. `poll` returns None (carry on) or a `Condemnation`:
+
+    action "cancel"  stop the run now and write its row with `status` and `reason`
+    action "warn"    record `reason` (the run's events, its row's description); let it run
+
+    status crash      the run failed: NaN/inf, divergence, CUDA OOM, NCCL, CUDA error, an exception
+                      followed by silence
+    status cancelled  we chose to stop it: no output for the stall window, no first step in time,
+                      a pruning rule's verdict
+
+How: each poll reads only what was written since the last one, from the run log (the anomaly
+catalogue's `LogScanner`) and from the metric source (`sources.reading.follow`), so it stays cheap on
+logs of any size. Lines `ars` itself writes into the log (the launchers' timeout and cancel
+notices) are never taken for anomalies. The pruning rules are `prune.py`'s, judged against the
+finished runs of the ledger (`rows_provider()`); their curves come from `<log>.curve.json`, which
+every watcher writes beside its run's log, or from the log itself.
+
+Limits: a run that prints its metric only at the end gives the pruning rules and the divergence
+check nothing to judge (the karpathy preset watches the `loss:` of its step lines instead of
+val_bpb); a first-step check needs a line to wait for, so it is off for presets and sources
+without one unless `watch: {first_step: REGEX}` names it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoresearch_skills.anomalies import CATALOGUE, LogScanner, diverged
+from autoresearch_skills.clock import format_duration, parse_duration
+from autoresearch_skills.errors import BadInput
+
+ACTIONS = ("cancel", "warn", "ignore")
+PRUNE_RULES = ("off", "median", "forecast", "both")
+RECOMMENDED_PRUNE = "median"  # what `prune: on` means; see bench/bench_prune.py for the figures
+
+# What happens to each kind when campaign.yaml says nothing: stop what cannot recover, note the rest.
+DEFAULT_ACTIONS: dict[str, str] = {
+    "nan_loss": "cancel",
+    "divergence": "cancel",
+    "cuda_oom": "cancel",  # one rank's OOM leaves the others waiting for NCCL's 30-minute timeout
+    "nccl": "cancel",
+    "cuda_error": "cancel",
+    "traceback": "cancel",  # only once the exception is followed by `traceback_grace` of silence
+    "stall": "cancel",
+    "first_step_timeout": "cancel",
+    "killed": "warn",  # a worker killed by the host's OOM killer: the run fails by itself or goes on
+    "native_crash": "warn",  # likewise a segfaulting worker
+    "disk_full": "warn",  # fatal when a checkpoint save raises, which the traceback rule catches
+}
+STATUS: dict[str, str] = {"stall": "cancelled", "first_step_timeout": "cancelled", "prune": "cancelled"}
+DEFAULT_STALL = 15 * 60.0
+DEFAULT_FIRST_STEP_TIMEOUT = 20 * 60.0  # AgentJet's default
+DEFAULT_TRACEBACK_GRACE = 2 * 60.0
+PRUNE_EVERY = 5.0  # seconds between pruning judgements (each is cheap; the curve changes slowly)
+ROWS_EVERY = 30.0  # seconds between asks for the ledger's finished runs
+CURVE_SAVE_EVERY = 10.0  # seconds between writes of <log>.curve.json
+# Lines that mark a training step, by preset: the first one ends the first-step wait.
+FIRST_STEP_PATTERNS = {
+    "karpathy": r"^\s*step[\s:]+\d+",
+    "nemo-rl": r"={3,}\s*Step\s+\d+",
+    "verl": r"\bstep:\d+\s+-",
+}
+SETTING_KEYS = (
+    "stall_after",
+    "first_step",
+    "first_step_timeout",
+    "traceback_grace",
+    "curve",
+    "final_step",
+    "min_runs",
+)
+_OFF = ("off", "none", "false", "no", "0")
+
+
+@dataclass(frozen=True)
+class Condemnation:
+    action: str  # "cancel" | "warn"
+    status: str  # "crash" | "cancelled": the row's status when the action is cancel
+    reason: str  # one line for the row: "NaN loss at step 410", "no output for 15m"
+    line: str = ""  # the log line or rule verdict that shows it
+    kind: str = ""  # the catalogue kind, or "prune"
+
+
+@dataclass
+class WatchPolicy:
+    actions: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_ACTIONS))
+    stall_after: float | None = DEFAULT_STALL  # None: off
+    first_step: str | None = None  # regex; "auto": the first value of the curve; None: off
+    first_step_timeout: float = DEFAULT_FIRST_STEP_TIMEOUT
+    traceback_grace: float = DEFAULT_TRACEBACK_GRACE
+    curve: str | None = None  # the series watched for NaN, divergence and pruning; None: the metric
+    prune: str = "off"
+    final_step: float | None = None  # forecast: the step runs end at; None: the longest finished run
+    min_runs: int = 3  # median: finished runs that reached the step
+
+    @classmethod
+    def from_settings(
+        cls,
+        watch: dict | None,
+        prune: str | bool | None,
+        first_step_timeout: float | str | None = None,
+        *,
+        preset: str | None = None,
+    ) -> WatchPolicy:
+        """From campaign.yaml's `watch:` mapping and `prune:` value (None: the defaults). A
+        `first_step_timeout` given here (the campaign's own setting) wins over the default but not
+        over `watch: {first_step_timeout: ..}`. `preset` picks the default first-step line.
+        Raises BadInput, one line, for anything `validate_watch` refuses."""
+        validate_watch(watch, prune)
+        watch = dict(watch or {})
+        policy = cls(prune=_prune_rule(prune))
+        for kind, action in watch.items():
+            if kind in CATALOGUE:
+                policy.actions[kind] = str(action).strip().lower()
+        if "stall_after" in watch:
+            policy.stall_after = _duration_or_off(watch["stall_after"], "watch stall_after")
+        if first_step_timeout is not None:
+            policy.first_step_timeout = _duration(first_step_timeout, "first_step_timeout")
+        if "first_step_timeout" in watch:
+            policy.first_step_timeout = _duration(watch["first_step_timeout"], "watch first_step_timeout")
+        if "first_step" in watch:
+            text = str(watch["first_step"])
+            policy.first_step = None if text.strip().lower() in _OFF else text
+        elif preset is not None:
+            policy.first_step = FIRST_STEP_PATTERNS.get(_preset_name(preset))
+        if "traceback_grace" in watch:
+            policy.traceback_grace = _duration(watch["traceback_grace"], "watch traceback_grace")
+        if watch.get("curve"):
+            policy.curve = str(watch["curve"])
+        if watch.get("final_step") is not None:
+            policy.final_step = float(watch["final_step"])
+        if watch.get("min_runs") is not None:
+            policy.min_runs = int(watch["min_runs"])
+        return policy
+
+    def describe(self) -> str:
+        """One line for the campaign's events: what is watched and what happens."""
+        cancels = sorted(kind for kind, action in self.actions.items() if action == "cancel")
+        stall = format_duration(self.stall_after) if self.stall_after else "off"
+        first = (
+            f"{self.first_step!r} within {format_duration(self.first_step_timeout)}"
+            if self.first_step
+            else "off"
+        )
+        return f"watch: cancel on {', '.join(cancels)}; stall {stall}; first step {first}; prune {self.prune}"
+
+
+def validate_watch(watch: dict | None, prune: str | bool | None) -> None:
+    """Raise BadInput, one line, for a `watch:` mapping or `prune:` value that cannot be used."""
+    _prune_rule(prune)
+    if watch is None:
+        return
+    if not isinstance(watch, dict):
+        raise BadInput(
+            f"watch must be a mapping such as {{stall_after: 15m, nan_loss: cancel}}, got {watch!r}"
+        )
+    for key, value in watch.items():
+        if key in CATALOGUE:
+            if str(value).strip().lower() not in ACTIONS:
+                raise BadInput(f"watch {key}: {value!r} is not an action: use cancel, warn or ignore")
+        elif key not in SETTING_KEYS:
+            known = ", ".join((*SETTING_KEYS, *CATALOGUE))
+            raise BadInput(f"watch key {key!r} is unknown: use one of {known}")
+    if "stall_after" in watch:
+        _duration_or_off(watch["stall_after"], "watch stall_after")
+    for key in ("first_step_timeout", "traceback_grace"):
+        if key in watch:
+            _duration(watch[key], f"watch {key}")
+    if "first_step" in watch and str(watch["first_step"]).strip().lower() not in (*_OFF, "auto"):
+        try:
+            re.compile(str(watch["first_step"]))
+        except re.error as err:
+            raise BadInput(f"watch first_step {watch['first_step']!r} is not a valid regex: {err}") from None
+    for key, kind in (("final_step", float), ("min_runs", int)):
+        if watch.get(key) is not None:
+            try:
+                number = kind(watch[key])
+            except (TypeError, ValueError):
+                raise BadInput(f"watch {key} must be a number, got {watch[key]!r}") from None
+            if number <= 0:
+                raise BadInput(f"watch {key} must be above zero, got {watch[key]!r}")
+
+
+def _prune_rule(prune: str | bool | None) -> str:
+    # YAML reads a bare `off` as False and `on` as True.
+    if prune is None or prune is False:
+        return "off"
+    if prune is True:
+        return RECOMMENDED_PRUNE
+    text = str(prune).strip().lower()
+    if text == "on":
+        return RECOMMENDED_PRUNE
+    if text not in PRUNE_RULES:
+        raise BadInput(
+            f"prune {prune!r} is unknown: use off, median, forecast or both (on = {RECOMMENDED_PRUNE})"
+        )
+    return text
+
+
+def _duration(value: float | str, what: str) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        raise BadInput(f"{what} {value!r} is not a duration: try 90s, 15m or 1h") from None
+    if seconds <= 0:
+        raise BadInput(f"{what} must be longer than zero, got {value!r}")
+    return seconds
+
+
+def _duration_or_off(value: float | str | bool, what: str) -> float | None:
+    if value is False or str(value).strip().lower() in _OFF:
+        return None
+    return _duration(value, what)
+
+
+def _preset_name(preset: str) -> str:
+    from autoresearch_skills.metrics import resolve_preset
+
+    try:
+        return resolve_preset(preset).name
+    except BadInput:
+        return preset
+
+
+# --- the watcher -------------------------------------------------------------------------
+
+
+class RunWatcher:
+    """Watches one run. Construct it when the run starts; call `poll(time.monotonic())` often;
+    call `finish()` once the run has ended (it saves the curve later runs are pruned against)."""
+
+    def __init__(
+        self,
+        log_path: str | Path,
+        policy: WatchPolicy,
+        metric: str,
+        direction: str,
+        preset: str,
+        source: dict | None,
+        rows_provider: Callable[[], list] | None,
+        started_monotonic: float,
+        *,
+        workdir: str | Path | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        """`source` is campaign.yaml's `metric_source:` (None: the log with `preset`); relative paths
+        in it resolve against `workdir` (default: the log's folder). `rows_provider()` returns the
+        ledger's rows (for the pruning rules; None: no pruning). `started_at` is time.time() at the
+        start, so files of earlier runs in the same folder are not read as this run's."""
+        from autoresearch_skills.metrics import guess_direction, resolve_preset
+        from autoresearch_skills.sources.reading import follow
+
+        self.log_path = Path(log_path)
+        self.policy = policy
+        self.metric, self.direction, self.preset = metric, direction, preset
+        self.source = source
+        self.rows_provider = rows_provider
+        self.started = started_monotonic
+        self.curve_name = policy.curve or default_curve(metric, preset, source)
+        self.curve_direction = direction if self.curve_name == metric else guess_direction(self.curve_name)
+        self.follower = follow(
+            with_key(source, self.curve_name),
+            workdir=Path(workdir) if workdir is not None else self.log_path.parent,
+            log_path=self.log_path,
+            metric=self.curve_name,
+            preset=preset,
+            started_at=started_at,
+        )
+        first = policy.first_step if policy.first_step not in (None, "auto") else None
+        self.scanner = LogScanner(
+            self.log_path, first_step=re.compile(first, re.MULTILINE) if first else None
+        )
+        self._line_parser = resolve_preset(preset).parser if _known_preset(preset) else None
+        self.last_activity = started_monotonic
+        self.first_step_seen = False
+        self.condemned: Condemnation | None = None
+        self._warned: set[str] = set()
+        self._queue: list[Condemnation] = []
+        self._traceback_at: float | None = None  # when a traceback's exception line was seen
+        self._traceback_text = ""
+        self._rows: list | None = None
+        self._traceback_offset = 0
+        self._stalled = False
+        self._next_prune = started_monotonic
+        self._rows_at = -math.inf
+        self._finished: dict[str, list[tuple[float, float]]] = {}  # log path -> curve
+        self._curve_saved_at = -math.inf
+        self._curve_saved_len = 0
+        self.decisions: list = []  # the last pruning decisions, for status displays
+
+    # -- the poll ---------------------------------------------------------------
+
+    def poll(self, now: float | None = None) -> Condemnation | None:
+        """Read what the run wrote since the last poll; the first reason to stop it, or a warning,
+        or None. A cancel is returned once; after it the watcher stays quiet."""
+        if self.condemned is not None:
+            return None
+        now = time.monotonic() if now is None else now
+        before = self.scanner.offset
+        anomalies = self.scanner.poll()
+        if self.scanner.offset != before:
+            self.last_activity = now
+        new = self.follower.poll()
+        if new:
+            self.last_activity = now
+        if self.scanner.stopped_by_ars:
+            return None  # the launcher is stopping the run: what it prints now is our doing
+        for anomaly in anomalies:
+            self._on_anomaly(anomaly, now)
+        self._check_curve(new)
+        self._check_traceback(now)
+        self._check_stall(now)
+        self._check_first_step(now)
+        self._check_prune(now)
+        self._maybe_save_curve(now)
+        return self._next()
+
+    def finish(self) -> None:
+        """After the run ended: read its last output and save its curve for later runs' pruning."""
+        self.scanner.poll(final=True)
+        self.follower.poll(final=True)
+        self.save_curve()
+
+    @property
+    def curve(self) -> list[tuple[float, float]]:
+        from autoresearch_skills.prune import to_curve
+
+        return to_curve(self.follower.samples)
+
+    def save_curve(self) -> None:
+        from autoresearch_skills.atomicfile import write_text_atomic
+
+        points = self.curve
+        if not points:
+            return
+        data = {"metric": self.curve_name, "direction": self.curve_direction, "points": points}
+        try:
+            write_text_atomic(curve_path(self.log_path), json.dumps(data, allow_nan=True) + "\n")
+        except OSError:
+            return  # a full disk must not stop the watching; the log still has the values
+        self._curve_saved_len = len(self.follower.samples)
+
+    # -- checks -----------------------------------------------------------------
+
+    def _raise(self, kind: str, reason: str, line: str = "") -> None:
+        action = "cancel" if kind == "prune" else self.policy.actions.get(kind, "warn")
+        if action == "ignore":
+            return
+        status = STATUS.get(kind, "crash")
+        if action == "warn":
+            if kind in self._warned:
+                return
+            self._warned.add(kind)
+        self._queue.append(Condemnation(action, status, reason, line[:300], kind))
+
+    def _next(self) -> Condemnation | None:
+        if not self._queue:
+            return None
+        cancels = [c for c in self._queue if c.action == "cancel"]
+        if cancels:
+            self.condemned = cancels[0]
+            self._queue.clear()
+            return self.condemned
+        return self._queue.pop(0)
+
+    def _on_anomaly(self, anomaly, now: float) -> None:
+        kind, text = anomaly.kind, anomaly.text
+        if kind == "traceback":
+            self._traceback_at, self._traceback_offset = now, self.scanner.offset
+            self._traceback_text = text
+            return
+        if kind == "nan_loss":
+            step = self._step_of(text)
+            word = "inf" if re.search(r"\binf", text, re.IGNORECASE) and "nan" not in text.lower() else "NaN"
+            where = f" at step {step}" if step is not None else f" (log line {anomaly.line_no})"
+            self._raise(kind, f"{word} loss{where}", text)
+            return
+        titles = {
+            "cuda_oom": "CUDA out of memory",
+            "nccl": "NCCL error",
+            "cuda_error": "CUDA error",
+            "killed": "a process was killed",
+            "native_crash": "a process crashed in native code",
+            "disk_full": "disk full",
+        }
+        self._raise(kind, f"{titles.get(kind, CATALOGUE[kind].title)}: {text}", text)
+
+    def _step_of(self, line: str) -> int | None:
+        if self._line_parser is not None:
+            steps = [s.step for s in self._line_parser().feed(line) if s.step is not None]
+            if steps:
+                return steps[-1]
+        samples = self.follower.samples
+        return samples[-1].step if samples else None
+
+    def _check_curve(self, new: list) -> None:
+        for sample in new:
+            if not math.isfinite(sample.value):
+                word = "NaN" if math.isnan(sample.value) else "inf"
+                where = f" at step {sample.step}" if sample.step is not None else ""
+                self._raise("nan_loss", f"{word} {self.curve_name}{where}", f"{sample.name}: {sample.value}")
+                return
+        if new:
+            self.first_step_seen = True
+            why = diverged(self.curve, self.curve_direction)
+            if why:
+                self._raise("divergence", f"{self.curve_name} {why}")
+
+    def _check_traceback(self, now: float) -> None:
+        if self._traceback_at is None:
+            return
+        if self.scanner.offset > self._traceback_offset:
+            # Output went on after the exception: not fatal (a logged error, a retried download).
+            self._traceback_at = None
+            if self.policy.actions.get("traceback") != "ignore" and "traceback" not in self._warned:
+                self._warned.add("traceback")
+                reason = f"exception printed, run goes on: {self._traceback_text}"
+                self._queue.append(Condemnation("warn", "crash", reason, self._traceback_text, "traceback"))
+            return
+        if now - self._traceback_at >= self.policy.traceback_grace:
+            quiet = format_duration(now - self._traceback_at)
+            self._raise(
+                "traceback", f"{self._traceback_text} (no output for {quiet} since)", self._traceback_text
+            )
+            self._traceback_at = None
+
+    def _check_stall(self, now: float) -> None:
+        if self.policy.stall_after is None:
+            return
+        idle = now - self.last_activity
+        if idle < self.policy.stall_after:
+            self._stalled = False
+        elif not self._stalled:
+            self._stalled = True
+            self._raise("stall", f"no output for {format_duration(idle)}")
+
+    def _check_first_step(self, now: float) -> None:
+        if self.policy.first_step is None or self.first_step_seen:
+            return
+        if self.policy.first_step != "auto" and self.scanner.first_step_at is not None:
+            self.first_step_seen = True
+            return
+        waited = now - self.started
+        if waited >= self.policy.first_step_timeout:
+            self.first_step_seen = True  # judged once
+            what = (
+                f"a value of {self.curve_name}"
+                if self.policy.first_step == "auto"
+                else repr(self.policy.first_step)
+            )
+            self._raise(
+                "first_step_timeout", f"no first step in {format_duration(waited)} (waited for {what})"
+            )
+
+    def _check_prune(self, now: float) -> None:
+        if self.policy.prune == "off" or self.rows_provider is None or now < self._next_prune:
+            return
+        self._next_prune = now + PRUNE_EVERY
+        current = [(s, v) for s, v in self.curve if math.isfinite(v)]
+        if not current:
+            return
+        from autoresearch_skills import prune
+
+        finished = self._finished_curves(now)
+        decisions = []
+        if self.policy.prune in ("median", "both"):
+            decisions.append(prune.median_rule(current, finished, self.curve_direction, self.policy.min_runs))
+        if self.policy.prune in ("forecast", "both") and finished:
+            final_step = self.policy.final_step or max(curve[-1][0] for curve in finished)
+            target = self._target(finished)
+            if target is not None:
+                decisions.append(prune.forecast_rule(current, target, final_step, self.curve_direction))
+        self.decisions = decisions
+        for decision in decisions:
+            if decision.prune:
+                self._raise("prune", decision.line, decision.line)
+                return
+
+    def _target(self, finished: list[list[tuple[float, float]]]) -> float | None:
+        """The value to beat: the ledger's best when the curve is the ranked metric, else the best
+        final value of the finished curves."""
+        from autoresearch_skills import ledger
+
+        rows = self._rows or []
+        if self.curve_name == self.metric:
+            best = ledger.best(rows, self.direction)
+            if best is not None and best.metric_name == self.metric:
+                return best.metric_value
+        finals = [curve[-1][1] for curve in finished if curve and math.isfinite(curve[-1][1])]
+        if not finals:
+            return None
+        return min(finals) if self.curve_direction == "min" else max(finals)
+
+    def _finished_curves(self, now: float) -> list[list[tuple[float, float]]]:
+        if now - self._rows_at >= ROWS_EVERY:
+            self._rows_at = now
+            try:
+                self._rows = list(self.rows_provider())
+            except Exception:  # a ledger being written or repaired: keep the last answer
+                self._rows = self._rows or []
+            for row in self._rows:
+                log = getattr(row, "log_path", "")
+                if getattr(row, "status", "") not in ("keep", "discard") or not log or log in self._finished:
+                    continue
+                if Path(log).resolve() == self.log_path.resolve():
+                    continue
+                self._finished[log] = self._load_curve(Path(log))
+        return [curve for curve in self._finished.values() if curve]
+
+    def _load_curve(self, log: Path) -> list[tuple[float, float]]:
+        saved = load_curve(log, self.curve_name)
+        if saved is not None:
+            return saved
+        if self.source and self.source.get("kind", "log") != "log" or not log.is_file():
+            return []
+        from autoresearch_skills import prune
+
+        try:
+            return prune.read_curve(log, self.preset, self.curve_name, (self.source or {}).get("pattern"))
+        except (BadInput, OSError):
+            return []
+
+    def _maybe_save_curve(self, now: float) -> None:
+        if (
+            len(self.follower.samples) != self._curve_saved_len
+            and now - self._curve_saved_at >= CURVE_SAVE_EVERY
+        ):
+            self._curve_saved_at = now
+            self.save_curve()
+
+
+def curve_path(log_path: str | Path) -> Path:
+    return Path(f"{log_path}.curve.json")
+
+
+def load_curve(log_path: str | Path, metric: str) -> list[tuple[float, float]] | None:
+    """The curve a watcher saved beside a run's log, when it is of `metric`; None otherwise."""
+    try:
+        data = json.loads(curve_path(log_path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("metric") != metric:
+        return None
+    try:
+        return [(float(step), float(value)) for step, value in data.get("points", [])]
+    except (TypeError, ValueError):
+        return None
+
+
+def default_curve(metric: str, preset: str, source: dict | None) -> str:
+    """The series to watch: the metric itself, except under the karpathy preset, whose val_bpb is
+    printed once at the end: its step lines' `loss` is watched instead."""
+    kind = (source or {}).get("kind", "log")
+    chosen = (source or {}).get("preset") or preset
+    plain_log = kind == "log" and not (source or {}).get("pattern") and _known_preset(chosen)
+    if plain_log and _preset_name(chosen) == "karpathy" and metric == "val_bpb":
+        return "loss"
+    return metric
+
+
+def with_key(source: dict | None, name: str) -> dict | None:
+    """`source` reading `name` instead of the metric it names."""
+    if source is None:
+        return {"kind": "log", "key": name}
+    field_name = {"tensorboard": "tag", "mlflow": "name"}.get(source.get("kind", "log"), "key")
+    if source.get("kind", "log") == "log" and source.get("pattern"):
+        return dict(source)  # a pattern reads one value, whatever it is called
+    return {**source, field_name: name}
+
+
+def _known_preset(preset: str | None) -> bool:
+    from autoresearch_skills.metrics import resolve_preset
+
+    if not preset:
+        return False
+    try:
+        resolve_preset(preset)
+    except BadInput:
+        return False
+    return True
