@@ -103,7 +103,7 @@ peak_vram_mb:     45060.2
 def test_every_kind_has_a_diagnosis_and_a_fix():
     assert {kind.name for kind in KINDS} == {
         "traceback", "cuda_oom", "nccl", "cuda_error", "nan_loss", "killed", "disk_full",
-        "native_crash", "stall", "first_step_timeout",
+        "native_crash", "divergence", "stall", "first_step_timeout",
     }  # fmt: skip
     for kind in KINDS:
         assert kind.diagnosis.endswith(".") and len(kind.diagnosis) < 200
@@ -347,3 +347,21 @@ def test_our_own_cancel_and_supervisor_notices_are_skipped_but_the_runs_lines_ar
         "Killed\n"
     )
     assert set(scan_text(log)) == {"cuda_oom", "native_crash"}
+
+
+@pytest.mark.parametrize(
+    "curve, direction, diverged_",
+    [
+        ([5.0, 3.0, 2.0, 1.5, 6.0, 7.5, 9.0], "min", True),
+        ([5.0, 3.0, 2.0, 1.5, 6.0, 1.4, 9.0], "min", False),  # came back below its start in between
+        ([5.0, 5.1, 5.2, 5.3, 5.4, 5.5], "min", False),  # never improved: a slow start
+        ([0.1, 0.5, 0.7, 0.05, 0.04, 0.02], "max", True),  # an accuracy that collapsed
+        ([5.0, 2.0, 6.0], "min", False),  # too few points to tell
+    ],
+)
+def test_divergence_needs_a_clear_improvement_then_a_sustained_return_past_the_start(
+    curve, direction, diverged_
+):
+    from autoresearch_skills.anomalies import diverged
+
+    assert (diverged(list(enumerate(curve)), direction) is not None) is diverged_
