@@ -41,7 +41,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,19 +214,22 @@ def event_cwd(event: dict) -> Path:
 
 @functools.lru_cache(maxsize=8)
 def _git_common_root(cwd: Path) -> Path | None:
-    """The main work tree of the repository `cwd` belongs to (also from a linked worktree)."""
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    common = Path(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
-    return common.parent if common and common.name == ".git" else None
+    """The main work tree when `cwd` is inside a linked worktree, read from the files git keeps
+    (`.git` names the worktree's git dir, whose `commondir` names the shared one): no git process,
+    so the hooks stay fast. None inside a main work tree or outside any repository."""
+    for folder in (cwd, *cwd.parents):
+        marker = folder / ".git"
+        if marker.is_dir():
+            return None  # a main work tree: the walk up has already looked at its top
+        if marker.is_file():
+            try:
+                gitdir = Path(marker.read_text().split("gitdir:", 1)[1].strip())
+                gitdir = gitdir if gitdir.is_absolute() else (folder / gitdir)
+                common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+            except (OSError, IndexError):
+                return None
+            return common.parent if common.name == ".git" else None
+    return None
 
 
 def find_up(cwd: Path, name: str | Path) -> Path | None:
@@ -236,7 +238,7 @@ def find_up(cwd: Path, name: str | Path) -> Path | None:
     for folder in (cwd, *cwd.parents):
         if (folder / name).is_dir():
             return folder
-    root = _git_common_root(cwd) if cwd.is_dir() else None
+    root = _git_common_root(cwd)
     return root if root and (root / name).is_dir() else None
 
 
@@ -554,6 +556,8 @@ def checkpoint_before_compaction(event: dict) -> str | None:
 
 
 def _branch(cwd: Path) -> str:
+    import subprocess
+
     try:
         done = subprocess.run(
             ["git", "symbolic-ref", "--quiet", "--short", "HEAD"],
