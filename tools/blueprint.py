@@ -1782,6 +1782,7 @@ def check_cmd(files: tuple[Path, ...], as_json: bool) -> None:
                     "name": bp.slug,
                     "ok": str(bp.path) not in bad,
                     "problems": [asdict(p) for p in problems if p.file == str(bp.path)],
+                    "parsed": bp.to_dict(),
                 }
                 for bp in blueprints
             ],
