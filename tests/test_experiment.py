@@ -17,14 +17,19 @@ import sys, time
 LR = 0.01               # learning rate
 SLEEP = 0.0             # seconds to pretend to train
 FAIL = 0                # exit code to fail with
+STEPS = 0               # steps and tok/sec to report (0: none), as a time-budgeted target does
 time.sleep(SLEEP)
 if FAIL:
     print("Traceback (most recent call last):\\nRuntimeError: boom", flush=True)
     sys.exit(FAIL)
 print("step 1 | loss 1.0")
+for step in range(1, STEPS + 1, max(1, STEPS // 4)):
+    print(f"step {step:05d} (50.0%) | loss: 2.5 | lr: 1.0e-03 | tok/sec: {STEPS * 40:,}")
 print("---")
 print(f"val_bpb:          {abs(LR - 0.03) * 10 + 1:.6f}")
 print("peak_vram_mb:     2048.0")
+if STEPS:
+    print(f"num_steps:        {STEPS}")
 """
 
 
@@ -270,3 +275,23 @@ def test_worktrees_off_refuses_a_dirty_tree_and_says_how_to_proceed(repo: Path):
     assert git(repo, "branch", "--show-current") == "main"
     (repo / "train.py").write_text(TRAIN)  # the user tidies up; nothing was left half-made
     assert "ledger: row 0" in ars(repo, "exp", "baseline").stdout
+
+
+def test_a_run_with_far_fewer_steps_than_its_parent_is_flagged_not_comparable(repo: Path):
+    set_constant(repo, "STEPS", "682")
+    git(repo, "commit", "-qam", "report steps")
+    init_campaign(repo)
+    ars(repo, "exp", "baseline")
+    out = ars(repo, "exp", "start", "slow-machine", "-m", "LR -> 0.02").stdout
+    workdir = Path(out.split("workdir: ")[1].splitlines()[0])
+    set_constant(workdir, "LR", "0.02")
+    set_constant(workdir, "STEPS", "408")  # as if the run got half the machine
+    done = ars(repo, "exp", "run").stdout
+    assert "pace: 408 steps, 16320 tok/sec (median)" in done
+    assert "warning: not comparable: steps 408 vs 682 for its parent #0 (-40%)" in done
+    baseline, slow = rows(repo)
+    assert (baseline.steps, baseline.throughput, baseline.flags) == ("682", "27280", "")
+    assert (slow.steps, slow.throughput) == ("408", "16320")
+    assert "not comparable: steps 408 vs 682" in slow.flags and "tok/sec 16320 vs 27280" in slow.flags
+    shown = ars(repo, "ledger", "show", str(repo / "reports/auto_research/demo/results.tsv")).stdout
+    assert "(! not comparable: steps 408 vs 682" in shown

@@ -47,7 +47,7 @@ EXTRA_COLUMNS = (
     "devices",       # CUDA_VISIBLE_DEVICES the run was given
     "steps",         # training steps the run reported
     "throughput",    # throughput the run reported (tok/sec or the preset's key)
-    "flags",         # comma-separated warnings: not-comparable, throughput-drift ...
+    "flags",         # warnings, separated by "; ": candidate, not comparable: steps 408 vs 682 ...
 )  # fmt: skip
 COLUMNS = (*BASE_COLUMNS, *EXTRA_COLUMNS)
 STATUSES = ("keep", "discard", "crash", "timeout", "cancelled")
@@ -428,8 +428,16 @@ def show_cmd(path: Path, statuses: tuple[str, ...], as_json: bool) -> None:
     for r in rows:
         metric = f"{r.metric_value:.6f}" if r.status in ("keep", "discard") else "-"
         # escaped, so a tab or newline inside a field cannot break the one-row-per-line table
+        note = f"  (! {escape(r.flags)})" if r.flags else ""  # not comparable, candidate ...
         table.append(
-            (str(r.index), r.status, metric, f"{r.elapsed_min:.1f}m", escape(r.branch), escape(r.description))
+            (
+                str(r.index),
+                r.status,
+                metric,
+                f"{r.elapsed_min:.1f}m",
+                escape(r.branch),
+                escape(r.description) + note,
+            )
         )
     widths = [max(len(line[i]) for line in table) for i in range(5)]
     for line in table:

@@ -196,7 +196,7 @@ SCHEMA: dict[str, Key] = {k.name: k for k in [
     Key("parallel", integer(1), None, "experiments in flight at once (default 1, or as many as fit in `gpus`)"),
     Key("gpus", gpus(), None, 'the GPU pool runs are pinned to, "0-7", "0,1,2" or a list'),
     Key("gpus_per_run", integer(1), None, "GPUs each run gets from the pool (default 1)"),
-    Key("baseline_repeats", integer(1), 1, "baseline runs, to measure the noise between identical runs"),
+    Key("baseline_repeats", integer(1), None, "baseline runs, to measure the noise between identical runs (default 2 when runs are under 30 min, else 1)"),
     Key("noise_margin", number(above=0), 2.0, "a result is a clear keep when it beats the best by this many sigma"),
     Key("comparable_margin", number(at_least=0), 0.2, "how far (as a fraction) budgets or throughput may differ for rows to be ranked together"),
     Key("frozen", paths(), [], "files no experiment may change (the evaluation)"),

@@ -41,6 +41,13 @@ def _print_ended(campaign: Campaign, ended: scheduler.Ended) -> None:
     click.echo(f"{s.metric}: {value}")
     click.echo(f"status: {result['status']} ({result['reason']})")
     click.echo(f"elapsed: {result['elapsed_min']:.2f} min")
+    if result.get("steps") is not None or result.get("throughput") is not None:
+        pace = [f"{result['steps']} steps" if result.get("steps") is not None else None]
+        if result.get("throughput") is not None:
+            pace.append(f"{result['throughput']:g} {result.get('throughput_key') or 'throughput'} (median)")
+        click.echo(f"pace: {', '.join(p for p in pace if p)}")
+    for flag in result.get("flags") or []:
+        click.echo(f"warning: {flag}: the machine, not the idea, may explain the difference")
     if row is None:
         click.echo(
             f"decision: pending; record it with `ars exp mark keep|discard|crash {ended.key} --reason TEXT`"

@@ -528,7 +528,53 @@ def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
                 f"{'beats' if better else 'does not beat'} the best {best.metric_value:.6f} (#{best.index})"
             )
     result.update(status=status, reason=reason)
+    result.update(_pace(campaign, experiment, log_path))
     return result
+
+
+def _pace(campaign: Campaign, experiment: dict, log_path: str) -> dict:
+    """Steps and throughput the run reports, and whether they are within `comparable_margin` of
+    its parent's: under a wall-clock budget, a run that got half the machine does half the steps
+    and looks worse for reasons that have nothing to do with its idea."""
+    from statistics import median
+
+    from autoresearch_skills import metrics
+
+    s = campaign.settings
+    steps = _safe_extract(metrics, log_path, s.preset, "num_steps")
+    key = s.throughput_key or ("tok/sec" if s.preset == "karpathy" else None)
+    series = []
+    if key:
+        try:
+            series = metrics.extract(log_path, preset=s.preset, metric=key, mode="series")
+        except (BadInput, OSError):
+            series = []
+    pace = {
+        "steps": int(steps[-1].value) if steps else None,
+        "throughput": round(median(x.value for x in series), 1) if series else None,
+        "throughput_key": key,
+        "flags": [],
+    }
+    parent = next(
+        (
+            r
+            for r in reversed(campaign.rows())
+            if r.commit == experiment.get("parent_commit") and (r.steps or r.throughput)
+        ),
+        None,
+    )
+    if parent is None:
+        return pace
+    for name, label in (("steps", "steps"), ("throughput", key or "throughput")):
+        mine, theirs = pace[name], parent.number(name)
+        if mine is None or not theirs:
+            continue
+        drift = (mine - theirs) / theirs
+        if abs(drift) > s.comparable_margin:
+            pace["flags"].append(
+                f"not comparable: {label} {mine:g} vs {theirs:g} for its parent #{parent.index} ({drift:+.0%})"
+            )
+    return pace
 
 
 def _safe_extract(metrics, log_path: str, preset: str, name: str) -> list:
@@ -678,6 +724,9 @@ def _append_row(campaign: Campaign, experiment: dict, result: dict, status: str,
             retry_of=str(experiment.get("retry_of", "")),
             gpus=str(experiment.get("gpus") or ""),
             devices=",".join(str(d) for d in experiment.get("devices") or ()),
+            steps="" if result.get("steps") is None else str(result["steps"]),
+            throughput="" if result.get("throughput") is None else f"{result['throughput']:g}",
+            flags="; ".join(result.get("flags") or []),
         ),
     )
 

@@ -62,6 +62,16 @@ class Settings:
     partition: str | None = None  # Slurm: sbatch --partition
     mem: str | None = None  # Slurm: sbatch --mem
     cpus: str | None = None  # Slurm: sbatch --cpus-per-task
+    baseline_repeats: int | None = None  # baseline runs to measure noise; None: 2 under 30-min runs, else 1
+    noise_margin: float = 2.0  # a clear keep beats the best by this many sigma; less is a candidate
+    comparable_margin: float = 0.2  # steps/throughput this far (a fraction) from the parent's: not comparable
+    frozen: list = field(default_factory=list)  # files no experiment may change (hashed at the start)
+    mutable: list = field(default_factory=list)  # the only files experiments may change (empty: any)
+    watch: dict = field(default_factory=dict)  # anomaly actions while a run goes (cancel | warn | ignore)
+    prune: str = "off"  # early stopping of runs that cannot win: off | median | forecast | both
+    metric_source: dict | None = None  # where the metric comes from (default: the run log with the preset)
+    first_step_timeout: str | None = None  # cancel a run that logged no first step in this long
+    throughput_key: str | None = None  # the log key for throughput (default tok/sec for karpathy)
     max_commit_mb: float = 5  # new files larger than this stay out of hypothesis commits (5 MB)
 
     def stop_rules(self):
