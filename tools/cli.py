@@ -17,7 +17,7 @@ from autoresearch_skills.errors import run_cli
 COMMANDS = {
     "campaign": (
         "autoresearch_skills.campaign.cli:cli",
-        "Campaigns: init, status, the unattended loop (run, resume).",
+        "Campaigns: init, status, pause, the unattended loop (run, resume).",
     ),
     "exp": ("autoresearch_skills.campaign.exp_cli:cli", "Experiments: baseline, start, commit, run (--detach), wait, cancel, mark."),
     "stop": (
