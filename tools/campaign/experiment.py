@@ -361,7 +361,8 @@ def launch_queued(campaign: Campaign) -> list[dict]:
             if experiment.get("phase") != "queued":
                 continue
             grant = pool.grant(
-                [e for e in experiments(state).values() if e.get("phase") in ("running", "decide")]
+                [e for e in experiments(state).values() if e.get("phase") in ("running", "decide")],
+                gpus=(experiment.get("overrides") or {}).get("gpus"),
             )
             if grant is None:
                 break
@@ -371,15 +372,21 @@ def launch_queued(campaign: Campaign) -> list[dict]:
 
 
 def _start_run(campaign: Campaign, state: dict, experiment: dict, grant) -> None:
+    """Launch the experiment's run on `grant`. An experiment may carry `overrides` of the
+    campaign's run settings (a blueprint swarm: each blueprint its own command, directory,
+    time limit, log folder, session name and GPU count): command, cwd (relative to the
+    workdir), timeout (seconds), env, name, log_dir."""
     from autoresearch_skills import gitflow
     from autoresearch_skills.launch.base import Run, RunSpec, state_path_for
 
     s = campaign.settings
+    own = experiment.get("overrides") or {}
     verdict = campaign.verdict(state=state, exclude=experiment["key"])
     limits = [
         t
         for t in (
             s.stop_rules().per_run_timeout,
+            own.get("timeout"),
             experiment.get("requested_timeout"),
             verdict.remaining_seconds,
         )
@@ -391,11 +398,11 @@ def _start_run(campaign: Campaign, state: dict, experiment: dict, grant) -> None
         log_path = Path(experiment["log_path"])
     else:
         state["launches"] = state.get("launches", 0) + 1
+        name = f"{state['launches']:03d}-{experiment['key'].replace('~', '-')}"
         log_path = (
-            campaign.folder
-            / "runs"
-            / f"{state['launches']:03d}-{experiment['key'].replace('~', '-')}"
-            / "run.log"
+            Path(own["log_dir"]) / f"{name}.log"
+            if own.get("log_dir")
+            else campaign.folder / "runs" / name / "run.log"
         )
         experiment.update(log_path=str(log_path), slot=grant.slot, devices=list(grant.devices))
         campaign.save_state(state)  # slot, devices and log are held before anything starts
@@ -405,6 +412,7 @@ def _start_run(campaign: Campaign, state: dict, experiment: dict, grant) -> None
         "ARS_EXPERIMENT": experiment["key"],
         "ARS_SLOT": str(experiment["slot"]),
         "PYTHONUNBUFFERED": "1",
+        **(own.get("env") or {}),
     }
     pool = s.pool()
     if pool.pins_devices:
@@ -413,12 +421,12 @@ def _start_run(campaign: Campaign, state: dict, experiment: dict, grant) -> None
     if pool.slurm_gpus:
         resources["gpus"] = str(pool.slurm_gpus)
     spec = RunSpec(
-        command=s.command,
+        command=own.get("command") or s.command,
         log_path=log_path,
-        cwd=workdir,
+        cwd=workdir / own["cwd"] if own.get("cwd") else workdir,
         env=env,
         timeout=run_timeout,
-        name=f"{s.name}-{experiment['key'].replace('~', '-')}",
+        name=own.get("name") or f"{s.name}-{experiment['key'].replace('~', '-')}",
         resources=resources,
     )
     run_file = state_path_for(log_path)

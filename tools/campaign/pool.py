@@ -71,8 +71,9 @@ class Pool:
         """GPUs each Slurm job asks sbatch for (0: none asked)."""
         return self.gpus_per_run if self.launcher == "slurm" else 0
 
-    def grant(self, taken: list[dict]) -> Grant | None:
-        """A free slot (and its devices) given the in-flight experiments' grants, or None."""
+    def grant(self, taken: list[dict], gpus: int | None = None) -> Grant | None:
+        """A free slot (and its devices) given the in-flight experiments' grants, or None.
+        `gpus`: this run's own device count when it differs from `gpus_per_run` (a blueprint)."""
         used_slots = {t["slot"] for t in taken if t.get("slot") is not None}
         free = [s for s in range(self.parallel) if s not in used_slots]
         if not free:
@@ -81,9 +82,10 @@ class Pool:
             return Grant(free[0], ())
         used = {d for t in taken for d in t.get("devices") or ()}
         available = [d for d in self.gpus if d not in used]
-        if len(available) < self.gpus_per_run:
+        need = gpus or self.gpus_per_run
+        if len(available) < need:
             return None
-        return Grant(free[0], tuple(available[: self.gpus_per_run]))
+        return Grant(free[0], tuple(available[:need]))
 
     def describe(self) -> str:
         if self.pins_devices:
