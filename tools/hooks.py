@@ -289,7 +289,9 @@ def campaign_ref(folder: Path, root: Path, cwd: Path) -> str:
     inside_campaign = cwd == folder or folder in cwd.parents
     if inside_repo and not inside_campaign and folder.parent == (root / CAMPAIGNS_DIR).resolve():
         return folder.name
-    return str(folder)
+    import shlex
+
+    return shlex.quote(str(folder))
 
 
 # ---------------------------------------------------------------- what to do next
