@@ -295,3 +295,29 @@ def test_a_run_with_far_fewer_steps_than_its_parent_is_flagged_not_comparable(re
     assert "not comparable: steps 408 vs 682" in slow.flags and "tok/sec 16320 vs 27280" in slow.flags
     shown = ars(repo, "ledger", "show", str(repo / "reports/auto_research/demo/results.tsv")).stdout
     assert "(! not comparable: steps 408 vs 682" in shown
+
+
+def test_a_commit_that_edits_a_frozen_file_is_refused_in_agent_mode(repo: Path):
+    init_campaign(repo, "--frozen", "prepare.py")
+    ars(repo, "exp", "baseline")
+    out = ars(repo, "exp", "start", "tamper", "-m", "easier evaluation").stdout
+    workdir = Path(out.split("workdir: ")[1].splitlines()[0])
+    (workdir / "prepare.py").write_text("DATA = 'easier'\n")
+    refused = ars(repo, "exp", "run", code=2)
+    assert len(refused.stderr.splitlines()) == 1
+    assert "prepare.py is frozen (the evaluation)" in refused.stderr
+    assert len(rows(repo)) == 1  # nothing ran, nothing ranked
+    (workdir / "prepare.py").write_text("DATA = 'frozen'\n")  # reverted by a fix-up: now it runs
+    set_constant(workdir, "LR", "0.02")
+    assert "status: keep" in ars(repo, "exp", "run").stdout
+
+
+def test_a_prediction_is_registered_before_the_run_and_kept_in_its_row(repo: Path):
+    init_campaign(repo)
+    ars(repo, "exp", "baseline")
+    ars(repo, "exp", "start", "closer", "-m", "LR -> 0.02", "--predict", "val_bpb -0.1")
+    set_constant(repo, "LR", "0.02")
+    ars(repo, "exp", "run")
+    assert rows(repo)[-1].prediction == "val_bpb -0.1"
+    bad = ars(repo, "exp", "start", "vague", "-m", "m", "--predict", "better", code=2)
+    assert "give the expected change of val_bpb with its sign" in bad.stderr

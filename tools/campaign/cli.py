@@ -72,6 +72,11 @@ def cli() -> None:
     show_default=True,
     help="tmux sessions of the latest finished runs left open; older ones are closed (logs stay)",
 )
+@click.option(
+    "--frozen",
+    multiple=True,
+    help="a file no experiment may change (the evaluation, e.g. prepare.py); repeat for several",
+)
 @click.option("--parallel", type=click.IntRange(min=1), help="experiments in flight at once (default 1)")
 @click.option(
     "--gpus", help='device pool, e.g. "0-7" or "0,1,2,3": each run gets its own CUDA_VISIBLE_DEVICES'
@@ -101,6 +106,7 @@ def init_cmd(
     keep_ties,
     tmux_socket,
     keep_sessions,
+    frozen,
     parallel,
     gpus,
     gpus_per_run,
@@ -115,7 +121,8 @@ def init_cmd(
     \b
     Examples:
       ars campaign init lr-sweep --metric val_bpb --direction min \\
-          --stop "24 experiments or 6h total, 10m each" --command "uv run train.py" --launcher tmux
+          --stop "24 experiments or 6h total, 10m each" --command "uv run train.py" --launcher tmux \\
+          --frozen prepare.py
       ars campaign init rl-reward --metric validation/accuracy --direction max \\
           --preset nemo-rl --command "bash run_grpo.sh" --stop "10 experiments"
       ars campaign init gpu-sweep --metric val_bpb --direction min --command "python train.py" \\
@@ -126,7 +133,7 @@ def init_cmd(
     campaign = create(
         name, metric, direction, command, stop_text=stop_text, prefix=prefix, launcher=launcher, preset=preset,
         folder=folder, strategy=strategy, worktrees=worktrees, decide=decide, keep_ties=keep_ties, tmux_socket=tmux_socket,
-        keep_sessions=keep_sessions, parallel=parallel, gpus=gpus, gpus_per_run=gpus_per_run,
+        keep_sessions=keep_sessions, parallel=parallel, gpus=gpus, gpus_per_run=gpus_per_run, frozen=list(frozen),
     )  # fmt: skip
     s = campaign.settings
     tree = gitflow.tree_state(s.repo)
@@ -142,6 +149,7 @@ def init_cmd(
         "deadline": s.stop.get("deadline", "none"),
         "working_tree": tree.summary(),
         "isolation": _isolation(s.worktrees, tree, s.pool().parallel),
+        "frozen": ", ".join(s.frozen_paths()) or "none (pass --frozen FILE for the evaluation code)",
         "pool": s.pool().describe(),
         "next": "ars exp baseline",
     }

@@ -204,9 +204,10 @@ def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
 )
 @click.option("--parent", default="best", show_default=True, help="baseline, best, or any git ref")
 @click.option("--no-baseline-check", is_flag=True, help="allow experiments before a baseline result exists")
+@click.option("--predict", help='the effect you expect, registered before the run: "val_bpb -0.01"')
 @campaign_option
 @click.option("--json", "as_json", is_flag=True)
-def start_cmd(slug, description, parent, no_baseline_check, ref, as_json) -> None:
+def start_cmd(slug, description, parent, no_baseline_check, predict, ref, as_json) -> None:
     """Create the experiment branch <prefix>/<slug> from a parent and check it out.
 
     Then edit the files in the printed workdir and `ars exp run SLUG`. Several experiments may
@@ -215,11 +216,14 @@ def start_cmd(slug, description, parent, no_baseline_check, ref, as_json) -> Non
     \b
     Examples:
       ars exp start higher-lr -m "raise LR 0.04 -> 0.06: loss still falling at the end"
-      ars exp start wider-mlp -m "MLP ratio 4 -> 6" --parent baseline
+      ars exp start wider-mlp -m "MLP ratio 4 -> 6" --parent baseline --predict "val_bpb -0.01"
     """
     campaign = find(ref)
+    extra = (
+        {"prediction": experiment.parse_prediction(predict, campaign.settings.metric)} if predict else None
+    )
     record = experiment.start(
-        campaign, slug, description, parent=parent, skip_baseline_check=no_baseline_check
+        campaign, slug, description, parent=parent, skip_baseline_check=no_baseline_check, extra=extra
     )
     if as_json:
         click.echo(

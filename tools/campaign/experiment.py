@@ -271,6 +271,19 @@ def start(
     )
 
 
+def parse_prediction(text: str, metric: str) -> str:
+    """ "val_bpb -0.01", "-0.01" or "-1%": the expected change of the metric, kept as written
+    beside the outcome (the report tallies how often the sign was right)."""
+    import re
+
+    match = re.fullmatch(r"\s*(?:(\S+)\s+)?([+-]\d+(?:\.\d+)?(?:e-?\d+)?%?)\s*", text)
+    if not match or (match[1] and match[1] != metric):
+        raise BadInput(
+            f'--predict {text!r}: give the expected change of {metric} with its sign, e.g. "{metric} -0.01" or "-1%"'
+        )
+    return f"{metric} {match[2]}"
+
+
 def resolve_parent(campaign: Campaign, parent: str, rows: list) -> str:
     from autoresearch_skills import gitflow, ledger
 
@@ -342,6 +355,7 @@ def request_run(
             raise BadInput(
                 f"experiment {experiment['key']!r} has no change yet: edit files for the hypothesis, then run"
             )
+        _refuse_frozen_edits(campaign, state, experiment)
         verdict = campaign.verdict(state=state, exclude=experiment["key"])
         if not force and not verdict.may_start():
             raise StopConditionMet(verdict.line)
@@ -349,6 +363,25 @@ def request_run(
         campaign.save_state(state)
         launch_queued(campaign)
         return settled_state(campaign)["experiments"][experiment["key"]]
+
+
+def _refuse_frozen_edits(campaign: Campaign, state: dict, experiment: dict) -> None:
+    """A commit that changed a frozen file (the evaluation) is never run, whoever drives."""
+    from autoresearch_skills import gitflow
+    from autoresearch_skills.campaign.store import frozen_hashes
+
+    fixed = state.get("frozen") or {}
+    if not fixed:
+        return
+    head = gitflow.head_commit(experiment["workdir"])
+    now_hashes = frozen_hashes(Path(experiment["workdir"]), head, list(fixed))
+    changed = [path for path, blob in fixed.items() if now_hashes.get(path) != blob]
+    if changed:
+        raise BadInput(
+            f"{changed[0]} is frozen (the evaluation) and commit {head[:8]} changes it: revert it on "
+            f"{experiment['branch']} (`git -C {experiment['workdir']} checkout {experiment['branch_start'][:8]} -- {changed[0]}` "
+            "and `ars exp commit`); only the training code may change"
+        )
 
 
 def launch_queued(campaign: Campaign) -> list[dict]:
@@ -729,6 +762,7 @@ def _append_row(campaign: Campaign, experiment: dict, result: dict, status: str,
             started_at=experiment.get("started_at", experiment["opened_at"]),
             ended_at=result.get("ended_at", now_iso()),
             rerun_of=str(experiment.get("rerun_of", "")),
+            prediction=experiment.get("prediction", ""),
             retry_of=str(experiment.get("retry_of", "")),
             gpus=str(experiment.get("gpus") or ""),
             devices=",".join(str(d) for d in experiment.get("devices") or ()),

@@ -79,6 +79,11 @@ class Settings:
 
         return from_mapping(self.stop, source="campaign.yaml stop")
 
+    def frozen_paths(self) -> list[str]:
+        """Files no experiment may change: `frozen:` and the loop policy's `frozen:`."""
+        listed = [*(self.frozen or []), *((self.policy or {}).get("frozen") or [])]
+        return list(dict.fromkeys(str(p) for p in listed))
+
     def pool(self):
         from autoresearch_skills.campaign.pool import Pool
 
@@ -302,6 +307,7 @@ def create(
     campaign.save_state(
         {
             "experiments": {},
+            "frozen": frozen_hashes(repo, "HEAD", settings.frozen_paths()),
             "home_branch": gitflow.current_branch(repo),
             "start_tree": gitflow.tree_state(repo).summary(),
         }
@@ -309,6 +315,18 @@ def create(
     if folder.parent == _campaigns_root(repo):
         (folder.parent / ".current").write_text(slug + "\n")
     return campaign
+
+
+def frozen_hashes(repo: Path, commit: str, paths: list[str]) -> dict[str, str]:
+    """The git blob id of each frozen file in `commit` ("missing" when absent): fixed when the
+    campaign starts, so the evaluation cannot be edited by the thing it evaluates."""
+    from autoresearch_skills import gitflow
+
+    hashes = {}
+    for path in paths:
+        blob = gitflow.git(repo, "rev-parse", "--verify", "--quiet", f"{commit}:{path}", check=False).strip()
+        hashes[path] = blob or "missing"
+    return hashes
 
 
 def write_settings(campaign: Campaign) -> None:
