@@ -11,9 +11,10 @@ import time
 import pytest
 from launch_helpers import TOOLS, TmuxServer, ars, wait_until
 
+from autoresearch_skills import tmux_wait
 from autoresearch_skills.launch import get_launcher
 from autoresearch_skills.launch.base import RunSpec
-from autoresearch_skills.launch.proctree import children
+from autoresearch_skills.launch.proctree import children, read_proc
 from autoresearch_skills.tmux_wait import wait_session
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -188,3 +189,80 @@ def test_the_typed_sentinel_command_does_not_end_the_wait(server, tmp_path):
     assert (result.state, result.exit_status) == ("exited", 0)
     bad = ars("wait", "shell", "5", "-L", server.name, "--sentinel", " ")
     assert bad.returncode == 2 and "--sentinel" in bad.stderr
+
+
+def start_shell(server: TmuxServer, tmp_path, name: str = "mine") -> int:
+    """A person's own session: an interactive bash at its prompt; returns the shell's pid."""
+    server(
+        "new-session", "-d", "-s", name, "-c", str(tmp_path), "--", "bash", "--norc", "--noprofile", "-i"
+    )  # fmt: skip
+    return int(server.pane(name, "#{pane_pid}"))
+
+
+def type_line(server: TmuxServer, shell: int, line: str, name: str = "mine") -> None:
+    server("send-keys", "-t", f"={name}:", line, "Enter")
+    wait_until(lambda: children(shell), what="the shell to start the typed command")
+
+
+def test_foreign_wait_returns_within_milliseconds_of_the_command_exit(server, tmp_path):
+    shell = start_shell(server, tmp_path)
+    latencies = []
+    for round_no in range(5):
+        stamp = tmp_path / f"stamp{round_no}"
+        type_line(server, shell, f"sleep 0.3; date +%s.%N > {stamp}")
+        result = wait_session("mine", 60, server.name)
+        returned = time.time()
+        assert result.state == "ended" and stamp.exists()
+        latencies.append(returned - float(stamp.read_text()))
+    assert sorted(latencies)[2] < 0.05, latencies  # blocks on the process: no 0.2 s polling step
+
+
+def test_line_of_several_commands_runs_until_the_last_one_ends(server, tmp_path):
+    shell = start_shell(server, tmp_path)
+    type_line(server, shell, "sleep 0.3; sleep 0.3; sleep 0.3; touch done")
+    result = wait_session("mine", 60, server.name)
+    assert result.state == "ended" and (tmp_path / "done").exists()
+    assert result.waited >= 0.5  # not fooled by the gaps between the commands
+
+
+def test_shell_busy_without_children_is_still_running(server, tmp_path):
+    shell = start_shell(server, tmp_path)
+    busy_loop = "end=$((SECONDS + 2)); while [ $SECONDS -lt $end ]; do :; done; touch done"  # builtins only
+    server("send-keys", "-t", "=mine:", busy_loop, "Enter")
+    wait_until(lambda: read_proc(shell).state == "R", what="the shell to run its loop")
+    assert not children(shell)  # nothing to wait on but the shell itself
+    early = wait_session("mine", 0.3, server.name)
+    assert early.running
+    result = wait_session("mine", 60, server.name)
+    assert result.state == "ended" and (tmp_path / "done").exists()
+
+
+def test_pidfd_wakes_on_the_exit_of_a_process_that_is_not_our_child(tmp_path):
+    job = subprocess.Popen(["sh", "-c", "sleep 0.3 & exec sleep 30"])  # its child sleeps 0.3 s
+    try:
+        sleeper = wait_until(lambda: children(job.pid), what="the background sleep")[0]
+        began = time.monotonic()
+        assert tmux_wait.block_until_one_exits([sleeper], 30)
+        assert time.monotonic() - began < 5 and not children(job.pid)
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_without_pidfds_the_waiter_polls_and_still_waits_for_the_whole_line(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(tmux_wait, "_pidfds_work", False)  # as on a kernel before 5.3
+    shell = start_shell(server, tmp_path)
+    type_line(server, shell, "sleep 0.3; sleep 0.3; touch done")
+    result = wait_session("mine", 60, server.name)
+    assert result.state == "ended" and (tmp_path / "done").exists()
+
+
+def test_job_pane_killed_by_a_signal_reports_128_plus_the_signal(server, tmp_path):
+    server(
+        "new-session", "-d", "-s", "job", "--", "sh", "-c", "sleep 0.5; kill -9 $$",
+        ";", "set-option", "-w", "-t", "=job:", "remain-on-exit", "on",
+    )  # fmt: skip
+    result = wait_session("job", 60, server.name)
+    assert result.state == "exited"
+    assert result.exit_status in (137, None)  # tmux before 3.3 does not show the signal
+    assert result.waited < 5

@@ -13,10 +13,16 @@ before blocking (the run may have ended already) and re-read, together with the 
 every second; tmux itself is asked every ten seconds whether the pane is dead or the session
 gone. So a lost signal costs at most a second, never a hang.
 
-Other sessions (a person's own tmux) are polled from /proc, five times a second, at almost no
-cost: an interactive shell in the pane is "running" while it has child processes (`bash
-train.sh` shows as `bash` in `pane_current_command`, an ended remote job still as `ssh`, so
-that is no guide); a pane whose process is the job itself runs until that process exits.
+Other sessions (a person's own tmux) are judged from their processes: an interactive shell in
+the pane is "running" while it has child processes (`bash train.sh` shows as `bash` in
+`pane_current_command`, an ended remote job still as `ssh`, so that is no guide); a pane whose
+process is the job itself runs until that process exits. The waiter blocks on those processes
+through pidfds (Linux 5.3+, Python 3.9+), so it wakes the moment one exits (a few ms from exit
+to return), and then looks again before it answers: a typed line runs its commands one after
+another (`python prep.py; python train.py`), so the command has ended only when the shell has
+no children left and sleeps waiting for input (its kernel wait channel is not `do_wait`), not
+when it is between two commands. Where pidfds are missing (another OS, an old kernel, a sandbox
+that forbids them) it polls /proc five times a second instead, at almost no cost.
 A job behind `ssh` is out of sight: the waiter sees the ssh client, not the remote command.
 For those, `--sentinel TOKEN` ends the wait when the pane shows a line that is TOKEN, alone
 or followed by the exit status: type `python train.py; echo "TOKEN $?"` on the remote side
@@ -31,6 +37,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -43,19 +50,20 @@ if not __package__:  # run as `python tools/tmux_wait.py` from a checkout with n
     import _checkout  # noqa: F401
 
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
-from autoresearch_skills.launch.proctree import alive, children, wait_for_exit
+from autoresearch_skills.launch.proctree import alive, children, read_proc, wait_for_exit
 from autoresearch_skills.launch.tmuxcmd import Tmux, read_exit_file, session_target
 
 RECHECK = 10.0  # seconds between tmux queries: the backstop behind the signal and the cheap checks
 CHEAP_CHECK = 1.0  # seconds between reads of the exit file and the pane process (no fork)
-FOREIGN_POLL = 0.2  # seconds between /proc checks of a session not started by ars
+FOREIGN_POLL = 0.2  # seconds between /proc checks of a session not started by ars, without pidfds
+IDLE_POLL = 0.001  # first pause while a shell with no children is still busy (between two commands)
 SETTLE = 0.25  # seconds for tmux to record the exit status of a pane process we saw exit
 SENTINEL_POLL = 0.5  # seconds between reads of the pane while waiting for a sentinel line
 SENTINEL_LINES = 500  # lines of history searched for it: the job may have ended before we looked
 SHELLS = frozenset({"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"})
 PANE_FORMAT = "\t".join(
     ["#{session_name}", "#{pane_id}", "#{pane_pid}", "#{pane_dead}", "#{pane_dead_status}"]
-    + ["#{@ars_channel}", "#{@ars_exit_file}"]
+    + ["#{@ars_channel}", "#{@ars_exit_file}", "#{pane_dead_signal}"]
 )
 
 
@@ -94,6 +102,8 @@ def query(tmux: Tmux, target: str) -> Pane | None:
     if result.returncode != 0 or len(fields) < 7 or not fields[0] or not fields[2].isdigit():
         return None  # tmux answers an unknown target with an empty line and status 0
     status = fields[4]
+    if not status and len(fields) > 7:  # killed by a signal: 128+N, as a shell reports it
+        status = str(128 + signo) if (signo := _signal_number(fields[7])) else ""
     return Pane(
         session=fields[0],
         pane_id=fields[1],
@@ -105,16 +115,27 @@ def query(tmux: Tmux, target: str) -> Pane | None:
     )
 
 
+def _signal_number(name: str) -> int | None:
+    """tmux prints a signal as its number on Linux, as its name (`KILL`) on the BSDs."""
+    if name.isdigit():
+        return int(name)
+    try:
+        return signal.Signals[f"SIG{name.upper()}"].value if name else None
+    except KeyError:
+        return None
+
+
 def query_after_exit(tmux: Tmux, pane: Pane) -> Pane | None:
     """Query a pane whose process we saw exit: tmux marks it dead a moment later, and records
-    its exit status once it reaped it; tmux 3.3 sometimes never does (the reason sessions
-    started by `ars` have an exit file)."""
+    its exit status once it reaped it; tmux before 3.3 shows no status for a process killed by
+    a signal, and 3.3 sometimes none at all (the reason sessions started by `ars` have an exit
+    file)."""
     give_up = time.monotonic() + SETTLE
     while True:
         now = query(tmux, pane.pane_id)
         if now is None or (now.dead and now.dead_status is not None) or time.monotonic() >= give_up:
             return now
-        time.sleep(0.02)
+        time.sleep(0.01)
 
 
 def resolve_target(target: str) -> str:
@@ -234,26 +255,99 @@ def _wait_foreign(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> Wa
     result = _pane_ended(pane, "foreign")
     if result:
         return result
-    visible = alive(pane.pid)  # False when tmux runs in another pid namespace: ask tmux only
-    interactive = visible and is_interactive_shell(pane.pid)
-    next_tmux = time.monotonic() + (recheck if visible else CHEAP_CHECK)
+    if not alive(pane.pid):  # tmux runs in another pid namespace: ask tmux only
+        return _wait_foreign_by_tmux(tmux, pane, deadline)
+    interactive = is_interactive_shell(pane.pid)
+    next_tmux = time.monotonic() + recheck
+    idle_pause = IDLE_POLL
     while True:
-        if visible and not (children(pane.pid) if interactive else alive(pane.pid)):
-            result = _pane_ended(
-                query(tmux, pane.pane_id) if interactive else query_after_exit(tmux, pane), "foreign"
-            )
-            return result or WaitResult(
-                "", "ended", kind="foreign", detail="the shell in the pane is idle again"
-            )
+        if not alive(pane.pid):  # the pane's process itself ended (the job, or the shell exited)
+            result = _pane_ended(query_after_exit(tmux, pane), "foreign")
+            return result or WaitResult("", "ended", kind="foreign", detail="the pane's process exited")
+        running = children(pane.pid) if interactive else [pane.pid]
+        pause = None
+        if interactive and not running:
+            if shell_waits_for_input(pane.pid):
+                return WaitResult("", "ended", kind="foreign", detail="the shell in the pane is idle again")
+            pause, idle_pause = idle_pause, min(idle_pause * 2, FOREIGN_POLL)  # between two commands
+        else:
+            idle_pause = IDLE_POLL
         now = time.monotonic()
         if now >= deadline:
             return WaitResult("", "running", kind="foreign")
-        if now >= next_tmux:
-            next_tmux = now + (recheck if visible else CHEAP_CHECK)
+        if now >= next_tmux:  # the backstop: tmux itself says the pane died or the session went
+            next_tmux = now + recheck
             result = _pane_ended(query(tmux, pane.pane_id), "foreign")
             if result:
                 return result
-        time.sleep(max(0.0, min(FOREIGN_POLL if visible else CHEAP_CHECK, deadline - now, next_tmux - now)))
+        timeout = min(deadline, next_tmux) - now
+        if pause is not None:
+            time.sleep(min(pause, timeout))
+        elif not block_until_one_exits(sorted({pane.pid, *running}), timeout):
+            time.sleep(min(FOREIGN_POLL, timeout))  # no pidfds here: poll
+
+
+def _wait_foreign_by_tmux(tmux: Tmux, pane: Pane, deadline: float) -> WaitResult:
+    """Processes we cannot see (tmux in another pid namespace): tmux's own view, once a second."""
+    while True:
+        result = _pane_ended(query(tmux, pane.pane_id), "foreign")
+        if result:
+            return result
+        now = time.monotonic()
+        if now >= deadline:
+            return WaitResult("", "running", kind="foreign")
+        time.sleep(min(CHEAP_CHECK, deadline - now))
+
+
+_pidfds_work = hasattr(os, "pidfd_open")
+
+
+def block_until_one_exits(pids: list[int], timeout: float) -> bool:
+    """Sleep until one of `pids` exits or `timeout` passes, woken by the kernel through a pidfd
+    per process (readable once it exited). False when pidfds are unavailable here: the caller
+    polls instead. A pid already gone returns at once, so the caller looks again."""
+    global _pidfds_work
+    if not _pidfds_work:
+        return False
+    fds: list[int] = []
+    try:
+        for pid in pids:
+            try:
+                fds.append(os.pidfd_open(pid))
+            except ProcessLookupError:
+                return True  # exited (and was reaped) since it was listed
+            if not alive(pid):  # exited between the listing and the pidfd: look again
+                return True
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        poller.poll(max(0.0, timeout) * 1000)
+        return True
+    except OSError:  # ENOSYS (kernel < 5.3), EPERM (a seccomp sandbox): poll from now on
+        _pidfds_work = False
+        return False
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+WAITING_FOR_CHILD = ("do_wait", "kernel_wait4", "wait_consider_task")
+
+
+def shell_waits_for_input(pid: int) -> bool:
+    """True when an interactive shell is back at its prompt: asleep, and not in wait() for a
+    child it is about to reap. A shell between two commands of one line (`a; b`) is running or
+    reaping `a`; a shell running a builtin loop (`while :; do :; done`) is running: both are busy.
+    Where the wait channel is hidden ("0"), asleep is taken as idle."""
+    proc = read_proc(pid)
+    if proc is None or proc.state != "S":
+        return False  # running, or gone (the caller sees the pane's process ended)
+    try:
+        with open(f"/proc/{pid}/wchan", "rb") as handle:
+            channel = handle.read().decode(errors="replace").strip()
+    except OSError:
+        return True
+    return not channel.startswith(WAITING_FOR_CHILD)
 
 
 def sentinel_pattern(token: str) -> re.Pattern[str]:
@@ -371,7 +465,8 @@ def cli(
     Exit 0: SECONDS passed and the command still runs. Exit 1: the command ended
     (its exit status is printed when known) or the session is gone. Returns the
     moment the command ends: within milliseconds for sessions `ars run --launcher
-    tmux` started, within 0.2 s for any other session. SECONDS may be fractional
+    tmux` started and, on Linux, for any other session (within 0.2 s where the
+    kernel offers no pidfds). SECONDS may be fractional
     (0.01) or a duration (10m). SESSION may also be a run's log path.
 
     \b
