@@ -132,7 +132,7 @@ def test_a_healthy_run_with_step_lines_is_left_alone(train):
     watcher = watcher_for(run, policy, metric="val_bpb", preset="karpathy")
     found, _ = watch_until(watcher, 3)
     assert found is None and watcher.first_step_seen
-    assert watcher.curve_name == "loss" and watcher.curve[:2] == [(1.0, 5.0), (2.0, 2.5)]
+    assert watcher.curve_name == "loss" and [v for _, v in watcher.curve[:2]] == [5.0, 2.5]
 
 
 def test_a_cuda_oom_line_is_a_crash_at_once(train):
@@ -228,7 +228,9 @@ def test_median_pruning_cancels_a_lagging_run_with_the_rules_own_line(train, tmp
     )
     found, _ = watch_until(watcher_for(run, WatchPolicy.from_settings(None, "median"), rows=rows), 10)
     assert (found.action, found.status, found.kind) == ("cancel", "cancelled", "prune")
-    assert found.reason.startswith("stop (median): best so far ") and "worse than the median" in found.reason
+    assert (
+        found.reason.startswith("stop (median): best so far ") and "worse than the 75% mark" in found.reason
+    )
 
 
 def test_the_curve_is_saved_beside_the_log_for_later_runs(train):
@@ -245,7 +247,8 @@ def test_policy_defaults_need_no_configuration():
     policy = WatchPolicy.from_settings(None, None, preset="karpathy")
     assert policy.actions == DEFAULT_ACTIONS
     assert (policy.stall_after, policy.first_step_timeout, policy.prune) == (900.0, 1200.0, "off")
-    assert policy.first_step is not None
+    assert policy.first_step is not None and policy.axis == "time"  # karpathy runs have a time budget
+    assert WatchPolicy.from_settings({"axis": "step"}, None, preset="karpathy").axis == "step"
     assert WatchPolicy.from_settings(None, None, preset="generic").first_step is None
     assert WatchPolicy.from_settings({}, False).prune == "off"  # YAML's bare `off`
     assert WatchPolicy.from_settings({}, True).prune == "median"  # and `on`
@@ -262,6 +265,7 @@ def test_policy_defaults_need_no_configuration():
         ({"stall_after": "soon"}, None, "watch stall_after 'soon' is not a duration"),
         ({"first_step": "step ("}, None, "watch first_step 'step (' is not a valid regex"),
         ({"min_runs": 0}, None, "watch min_runs must be above zero"),
+        ({"axis": "epoch"}, None, "watch axis 'epoch' is unknown: use step or time"),
         (None, "sometimes", "prune 'sometimes' is unknown: use off, median, forecast or both"),
         ("cancel", None, "watch must be a mapping"),
     ],
@@ -270,3 +274,29 @@ def test_validate_watch_refuses_in_one_line(watch, prune, message):
     with pytest.raises(BadInput) as err:
         validate_watch(watch, prune)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_time_budgeted_runs_are_compared_at_the_same_elapsed_time(train, tmp_path):
+    # Three finished runs saved their curves on the time axis; this one is far behind at every second.
+    for i in range(3):
+        log = tmp_path / f"r{i}.log"
+        log.write_text("")
+        curve_path(log).write_text(
+            json.dumps(
+                {"metric": "loss", "axis": "time", "points": [[t / 2, 3.0 - t / 10] for t in range(1, 20)]}
+            )
+        )
+    rows = [Row(status="keep", log_path=str(tmp_path / f"r{i}.log"), metric_name="val_bpb") for i in range(3)]
+    run = train(
+        "import time\nfor s in range(1, 200):\n"
+        "    print(f'step {s:05d} (1.0%) | loss: {9.0 - s * 0.001:.4f}'); time.sleep(0.05)\n"
+    )
+    policy = WatchPolicy.from_settings(None, "median", preset="karpathy")
+    watcher = watcher_for(run, policy, metric="val_bpb", preset="karpathy", rows=rows)
+    found, after = watch_until(watcher, 10)
+    assert found is not None and found.kind == "prune" and "worse than the 75% mark" in found.reason
+    assert after < 6
+    run.stop()
+    watcher.finish()
+    saved = json.loads(curve_path(run.log).read_text())
+    assert saved["axis"] == "time" and saved["points"][0][0] < saved["points"][-1][0] < 10

@@ -78,7 +78,12 @@ SETTING_KEYS = (
     "curve",
     "final_step",
     "min_runs",
+    "axis",
 )
+AXES = ("step", "time")
+# Presets of time-budgeted targets: runs of different settings take different numbers of steps in
+# the same time, so they are compared at the same elapsed time, not the same step.
+TIME_AXIS_PRESETS = ("karpathy",)
 _OFF = ("off", "none", "false", "no", "0")
 
 
@@ -102,6 +107,7 @@ class WatchPolicy:
     prune: str = "off"
     final_step: float | None = None  # forecast: the step runs end at; None: the longest finished run
     min_runs: int = 3  # median: finished runs that reached the step
+    axis: str = "step"  # compare runs at the same "step", or the same elapsed "time" (seconds)
 
     @classmethod
     def from_settings(
@@ -141,6 +147,10 @@ class WatchPolicy:
             policy.final_step = float(watch["final_step"])
         if watch.get("min_runs") is not None:
             policy.min_runs = int(watch["min_runs"])
+        if watch.get("axis"):
+            policy.axis = str(watch["axis"])
+        elif preset is not None and _preset_name(preset) in TIME_AXIS_PRESETS:
+            policy.axis = "time"
         return policy
 
     def describe(self) -> str:
@@ -181,6 +191,8 @@ def validate_watch(watch: dict | None, prune: str | bool | None) -> None:
             re.compile(str(watch["first_step"]))
         except re.error as err:
             raise BadInput(f"watch first_step {watch['first_step']!r} is not a valid regex: {err}") from None
+    if watch.get("axis") is not None and str(watch["axis"]) not in AXES:
+        raise BadInput(f"watch axis {watch['axis']!r} is unknown: use step or time")
     for key, kind in (("final_step", float), ("min_runs", int)):
         if watch.get(key) is not None:
             try:
@@ -289,6 +301,7 @@ class RunWatcher:
         self._traceback_at: float | None = None  # when a traceback's exception line was seen
         self._traceback_text = ""
         self._rows: list | None = None
+        self._timed: list[tuple[float, float]] = []  # (seconds since the start, value) as values arrived
         self._traceback_offset = 0
         self._stalled = False
         self._next_prune = started_monotonic
@@ -313,6 +326,7 @@ class RunWatcher:
         new = self.follower.poll()
         if new:
             self.last_activity = now
+            self._timed += [(now - self.started, s.value) for s in new]
         if self.scanner.stopped_by_ars:
             return None  # the launcher is stopping the run: what it prints now is our doing
         for anomaly in anomalies:
@@ -328,13 +342,17 @@ class RunWatcher:
     def finish(self) -> None:
         """After the run ended: read its last output and save its curve for later runs' pruning."""
         self.scanner.poll(final=True)
-        self.follower.poll(final=True)
+        now = time.monotonic()
+        self._timed += [(now - self.started, s.value) for s in self.follower.poll(final=True)]
         self.save_curve()
 
     @property
     def curve(self) -> list[tuple[float, float]]:
+        """(x, value) on the policy's axis: the step, or seconds since the run started."""
         from autoresearch_skills.prune import to_curve
 
+        if self.policy.axis == "time":
+            return _increasing(self._timed)
         return to_curve(self.follower.samples)
 
     def save_curve(self) -> None:
@@ -343,7 +361,12 @@ class RunWatcher:
         points = self.curve
         if not points:
             return
-        data = {"metric": self.curve_name, "direction": self.curve_direction, "points": points}
+        data = {
+            "metric": self.curve_name,
+            "direction": self.curve_direction,
+            "axis": self.policy.axis,
+            "points": points,
+        }
         try:
             write_text_atomic(curve_path(self.log_path), json.dumps(data, allow_nan=True) + "\n")
         except OSError:
@@ -474,7 +497,11 @@ class RunWatcher:
         finished = self._finished_curves(now)
         decisions = []
         if self.policy.prune in ("median", "both"):
-            decisions.append(prune.median_rule(current, finished, self.curve_direction, self.policy.min_runs))
+            decisions.append(
+                prune.median_rule(
+                    current, finished, self.curve_direction, self.policy.min_runs, **prune.WATCH_RULE
+                )
+            )
         if self.policy.prune in ("forecast", "both") and finished:
             final_step = self.policy.final_step or max(curve[-1][0] for curve in finished)
             target = self._target(finished)
@@ -518,10 +545,12 @@ class RunWatcher:
         return [curve for curve in self._finished.values() if curve]
 
     def _load_curve(self, log: Path) -> list[tuple[float, float]]:
-        saved = load_curve(log, self.curve_name)
+        saved = load_curve(log, self.curve_name, self.policy.axis)
         if saved is not None:
             return saved
-        if self.source and self.source.get("kind", "log") != "log" or not log.is_file():
+        if self.policy.axis != "step" or self.source and self.source.get("kind", "log") != "log":
+            return []  # a log holds steps, not the times its lines were written
+        if not log.is_file():
             return []
         from autoresearch_skills import prune
 
@@ -543,18 +572,27 @@ def curve_path(log_path: str | Path) -> Path:
     return Path(f"{log_path}.curve.json")
 
 
-def load_curve(log_path: str | Path, metric: str) -> list[tuple[float, float]] | None:
-    """The curve a watcher saved beside a run's log, when it is of `metric`; None otherwise."""
+def load_curve(log_path: str | Path, metric: str, axis: str = "step") -> list[tuple[float, float]] | None:
+    """The curve a watcher saved beside a run's log, when it is of `metric` on `axis`; None otherwise."""
     try:
         data = json.loads(curve_path(log_path).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("metric") != metric:
+    if not isinstance(data, dict) or data.get("metric") != metric or data.get("axis", "step") != axis:
         return None
     try:
         return [(float(step), float(value)) for step, value in data.get("points", [])]
     except (TypeError, ValueError):
         return None
+
+
+def _increasing(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for x, value in points:
+        if out and x <= out[-1][0]:
+            x = out[-1][0] + 1e-6  # values read in one poll arrive at one time: keep their order
+        out.append((x, value))
+    return out
 
 
 def default_curve(metric: str, preset: str, source: dict | None) -> str:
