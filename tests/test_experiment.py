@@ -321,3 +321,50 @@ def test_a_prediction_is_registered_before_the_run_and_kept_in_its_row(repo: Pat
     assert rows(repo)[-1].prediction == "val_bpb -0.1"
     bad = ars(repo, "exp", "start", "vague", "-m", "m", "--predict", "better", code=2)
     assert "give the expected change of val_bpb with its sign" in bad.stderr
+
+
+def test_rerun_runs_the_same_commit_again_as_new_rows_on_the_same_branch(repo: Path):
+    init_campaign(repo, stop="10 experiments")
+    ars(repo, "exp", "baseline")
+    experiment(repo, "closer-lr", "0.02")
+    out = ars(repo, "exp", "rerun", "closer-lr", "--times", "2").stdout
+    assert out.count("ledger: row") == 2
+    table = rows(repo)
+    original, *reruns = table[1:]
+    assert [r.rerun_of for r in reruns] == [str(original.index)] * 2
+    assert all(r.commit == original.commit and r.branch == original.branch for r in reruns)
+    assert all(r.description.startswith("rerun of #1: LR -> 0.02") for r in reruns)
+    assert len({r.log_path for r in table}) == len(table)  # each run its own log
+    refused = ars(repo, "exp", "rerun", "#9", code=2)
+    assert "no row #9" in refused.stderr
+
+
+def test_a_fix_up_after_a_crash_runs_on_the_same_branch_and_names_the_row_it_retries(repo: Path):
+    init_campaign(repo, stop="10 experiments")
+    ars(repo, "exp", "baseline")
+    out = ars(repo, "exp", "start", "fails", "-m", "LR -> 0.02 (with a bug)").stdout
+    workdir = Path(out.split("workdir: ")[1].splitlines()[0])
+    set_constant(workdir, "LR", "0.02")
+    set_constant(workdir, "FAIL", "3")
+    assert "status: crash" in ars(repo, "exp", "run").stdout
+    set_constant(workdir, "FAIL", "0")  # the agent fixes the bug where the branch is checked out
+    assert ars(repo, "exp", "commit", "fails", "-m", "the bug").stdout.startswith("commit: ")
+    fixed = ars(repo, "exp", "run", "fails").stdout
+    assert "status: keep" in fixed
+    crashed, retried = rows(repo)[1:]
+    assert crashed.branch == retried.branch and retried.retry_of == str(crashed.index)
+    assert git(repo, "log", "-1", "--format=%s", retried.commit) == "fix-up: the bug"
+    again = ars(repo, "exp", "retry", "fails", code=2)
+    assert "a fix-up retries a crash or a timeout" in again.stderr
+
+
+def test_a_paused_campaign_starts_nothing_new_until_resumed(repo: Path):
+    init_campaign(repo, stop="10 experiments")
+    ars(repo, "exp", "baseline")
+    ars(repo, "campaign", "pause", "--reason", "checking the data")
+    ars(repo, "exp", "start", "closer-lr", "-m", "LR -> 0.02")
+    set_constant(repo, "LR", "0.02")
+    refused = ars(repo, "exp", "run", code=1)
+    assert "campaign paused (checking the data)" in refused.stderr
+    ars(repo, "campaign", "resume")
+    assert "status: keep" in ars(repo, "exp", "run").stdout

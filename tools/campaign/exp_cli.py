@@ -132,8 +132,9 @@ def _announce(record: dict) -> None:
 
 
 def run_and_report(campaign: Campaign, ref: str | None, timeout, force: bool, detach: bool, as_json: bool):
-    state = settled_state(campaign)
-    record = select(state, ref, phases=("open", "queued", "running"), verb="run")
+    state, record = experiment.select_or_reopen(
+        campaign, ref, phases=("open", "queued", "running"), verb="run"
+    )
     if record["phase"] == "open":
         record = experiment.request_run(campaign, record["key"], timeout=timeout, force=force)
         if not as_json:
@@ -283,6 +284,86 @@ def run_cmd(slug, timeout, force, detach, ref, as_json) -> None:
     """
     campaign = find(ref)
     run_and_report(campaign, slug, _duration(timeout), force, detach, as_json)
+
+
+@cli.command("rerun")
+@click.argument("ref", required=False)
+@click.option("--times", type=click.IntRange(min=1), default=1, show_default=True, help="how many more runs")
+@click.option("--timeout", help="per-run limit (the tighter of this and the campaign's wins)")
+@click.option("--detach", is_flag=True, help="launch (or queue) and return at once; `ars exp wait` reports")
+@click.option("--campaign", "campaign_ref", help="campaign name or folder (default: the current one)")
+@click.option("--json", "as_json", is_flag=True)
+def rerun_cmd(ref, times, timeout, detach, campaign_ref, as_json) -> None:
+    """Run a recorded commit again, unchanged: each run a new row on the same branch, marked as a
+    rerun of the original row, so the runs of one commit pool into a mean and a noise estimate.
+
+    REF: a slug, a branch or a ledger row (#3); default: the latest finished row. Use it to
+    confirm a result within noise of the best (the verdict says when), or to measure the noise.
+
+    \b
+    Examples:
+      ars exp rerun higher-lr
+      ars exp rerun '#0' --times 2
+      ars exp rerun higher-lr --detach && ars exp wait --for 9m
+    """
+    campaign = find(campaign_ref)
+    if ref is None:
+        finished = [r for r in campaign.rows() if r.status in ("keep", "discard")]
+        if not finished:
+            raise BadInput("no finished run to rerun yet: name one (a slug, a branch or #INDEX)")
+        ref = f"#{finished[-1].index}"
+    keys = []
+    for _ in range(times):
+        record = experiment.reopen(campaign, ref, "rerun")
+        record = experiment.request_run(campaign, record["key"], timeout=_duration(timeout))
+        keys.append(record["key"])
+        if not as_json:
+            _announce(record)
+    if detach:
+        if as_json:
+            click.echo(json.dumps({"detached": keys, "verdict": campaign.verdict().to_json()}, indent=2))
+        else:
+            click.echo(f"detached: {', '.join(keys)}; `ars exp wait` reports their rows")
+            click.echo(campaign.verdict().line)
+        return
+    ended: list[scheduler.Ended] = []
+    waiting = set(keys)
+    while waiting:
+        done = scheduler.wait(
+            campaign, waiting, progress=None if as_json else _progress(campaign), reporting=set(keys)
+        )
+        ended += [e for e in done if e.key in keys]
+        waiting -= {e.key for e in done}
+        if not done and not experiment.launched(settled_state(campaign)):
+            break
+    _report(campaign, ended, as_json)
+
+
+@cli.command("retry")
+@click.argument("ref")
+@click.option("--campaign", "campaign_ref", help="campaign name or folder (default: the current one)")
+@click.option("--json", "as_json", is_flag=True)
+def retry_cmd(ref, campaign_ref, as_json) -> None:
+    """Reopen a crashed or timed-out experiment's branch for a fix-up: edit, then `ars exp run`.
+
+    The next row names the row it retries. (`ars exp commit SLUG` / `ars exp run SLUG` in the
+    place where that branch is still checked out do the same by themselves.)
+
+    \b
+    Examples:
+      ars exp retry wider-mlp
+      (fix the shape mismatch in the printed workdir)
+      ars exp run wider-mlp
+    """
+    campaign = find(campaign_ref)
+    record = experiment.reopen(campaign, ref, "retry")
+    if as_json:
+        click.echo(json.dumps({k: record.get(k) for k in ("key", "branch", "workdir", "retry_of")}, indent=2))
+        return
+    click.echo(f"experiment: {record['key']} (retries #{record['retry_of']})")
+    click.echo(f"branch: {record['branch']}")
+    click.echo(f"workdir: {record['workdir']}")
+    click.echo(f"next: fix the code in the workdir, then `ars exp run {record['key']}`")
 
 
 @cli.command("wait")

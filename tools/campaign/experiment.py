@@ -32,6 +32,18 @@ from autoresearch_skills.errors import BadInput
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
 OPEN = ("opening", "open")
+# What state.json remembers of a recorded experiment, so that a fix-up can reopen its branch
+# where it was checked out (with the same untracked-file snapshot) and a rerun can find it.
+CLOSED_KEYS = (
+    "slug",
+    "description",
+    "branch",
+    "parent_ref",
+    "parent_commit",
+    "workdir",
+    "snapshot",
+    "overrides",
+)
 
 
 class StopConditionMet(click.ClickException):
@@ -142,8 +154,15 @@ def _workdir(campaign: Campaign, state: dict, experiment: dict) -> Path:
     from autoresearch_skills import gitflow
 
     checkout = experiment.get("checkout") or experiment["branch"]
+    busy = any(
+        e.get("branch") == checkout and e.get("workdir")
+        for k, e in experiments(state).items()
+        if k != experiment["key"]
+    )
+    if busy:  # a branch is checked out in one place only: a rerun beside its twin gets the commit
+        checkout = experiment["branch_start"]
     if _in_place_allowed(campaign, state, experiment["key"]):
-        gitflow.switch(campaign.repo, checkout)
+        _switch(campaign.repo, checkout)
         return campaign.repo
     worktree = experiment.get("workdir")
     if worktree and Path(worktree) != campaign.repo and (Path(worktree) / ".git").exists():
@@ -158,14 +177,26 @@ def _workdir(campaign: Campaign, state: dict, experiment: dict) -> Path:
         worktree = worktrees_dir(campaign) / f"wt-{n}"
         experiment["workdir"] = str(worktree)  # held from now on, even if this process dies
         campaign.save_state(state)
-        gitflow.add_worktree(campaign.repo, worktree, checkout)
+        worktree.parent.mkdir(parents=True, exist_ok=True)
+        detach = [] if gitflow.branch_exists(campaign.repo, checkout) else ["--detach"]
+        gitflow.git(campaign.repo, "worktree", "add", "--quiet", *detach, str(worktree), checkout)
         return worktree
     if gitflow.tree_state(worktree).dirty_tracked:
         raise BadInput(
             f"the campaign worktree {worktree} has uncommitted changes; commit or discard them first"
         )
-    gitflow.switch(worktree, checkout)
+    _switch(worktree, checkout)
     return worktree
+
+
+def _switch(workdir: Path, checkout: str) -> None:
+    """A branch, or a commit (detached: a rerun of a commit its branch has moved past)."""
+    from autoresearch_skills import gitflow
+
+    if gitflow.branch_exists(workdir, checkout):
+        gitflow.switch(workdir, checkout)
+    else:
+        gitflow.git(workdir, "switch", "--quiet", "--detach", checkout)
 
 
 def remove_worktrees(campaign: Campaign) -> list[Path]:
@@ -284,6 +315,108 @@ def parse_prediction(text: str, metric: str) -> str:
     return f"{metric} {match[2]}"
 
 
+def reopen(campaign: Campaign, ref: str, mode: str) -> dict:
+    """Open another attempt on a recorded experiment's branch: `retry` (a fix-up after a crash
+    or timeout: commit the fix, run again; the row names the row it retries) or `rerun` (the
+    same commit once more, to measure noise or confirm a result; the row names the original).
+    `ref`: the slug, the branch, or `#INDEX` of a ledger row."""
+    from autoresearch_skills import gitflow
+
+    state = settled_state(campaign)
+    rows = campaign.rows()
+    row = _row_for(campaign, rows, ref)
+    slug = row.branch.rsplit("/", 1)[-1]
+    closed = (state.get("closed") or {}).get(slug, {})
+    if mode == "retry":
+        latest = next(r for r in reversed(rows) if r.branch == row.branch)
+        if latest.status not in ("crash", "timeout", "cancelled"):
+            raise BadInput(
+                f"#{latest.index} on {row.branch} is {latest.status}: a fix-up retries a crash or a timeout; "
+                f"to run the same commit again use `ars exp rerun {slug}`"
+            )
+        intent = {"retry_of": latest.index, "checkout": row.branch, "commits": [], "fixup": True}
+        description = closed.get("description") or latest.description.split(" [", 1)[0]
+    else:
+        if row.status not in ("keep", "discard"):
+            raise BadInput(f"#{row.index} is a {row.status}: only a finished run with a metric can be rerun")
+        original = int(row.rerun_of) if row.rerun_of else row.index
+        at_head = (
+            gitflow.branch_exists(campaign.repo, row.branch)
+            and gitflow.head_commit(campaign.repo, row.branch) == row.commit
+        )
+        intent = {
+            "rerun_of": original,
+            "checkout": row.branch if at_head else row.commit,
+            "commits": [row.commit],
+        }
+        description = f"rerun of #{original}: " + (
+            closed.get("description") or row.description.split(" [", 1)[0]
+        )
+    base = {
+        "slug": slug,
+        "description": description,
+        "branch": row.branch,
+        "branch_start": row.commit,
+        "parent_ref": closed.get("parent_ref") or "best",
+        "parent_commit": row.parent_commit,
+        **({"overrides": closed["overrides"]} if closed.get("overrides") else {}),
+        **intent,
+    }
+    place = closed.get("workdir")
+    if mode == "retry" and place and _checked_out_at(place, row.branch) and not _held(state, place):
+        base["workdir"], base["snapshot"] = place, closed.get("snapshot") or {}
+        key = _unique_key(state, slug)
+        experiments(state)[key] = {**base, "key": key, "phase": "open", "opened_at": now_iso()}
+        campaign.save_state(state)
+        return experiments(state)[key]
+    return _open(campaign, state, base)
+
+
+def _row_for(campaign: Campaign, rows: list, ref: str):
+    if ref.startswith("#") and ref[1:].isdigit():
+        index = int(ref[1:])
+        found = [r for r in rows if r.index == index]
+        if not found:
+            raise BadInput(f"no row {ref} in {campaign.ledger}")
+        return found[0]
+    names = {ref, f"{campaign.settings.prefix}/{ref}"}
+    found = [r for r in rows if r.branch in names]
+    if not found:
+        raise BadInput(f"no recorded experiment {ref!r}: name a slug, a branch or a ledger row like #3")
+    finished = [r for r in found if r.status in ("keep", "discard") and not r.rerun_of]
+    return (finished or found)[-1]
+
+
+def _checked_out_at(workdir: str, branch: str) -> bool:
+    from autoresearch_skills import gitflow
+
+    try:
+        return Path(workdir).exists() and gitflow.current_branch(workdir) == branch
+    except BadInput:
+        return False
+
+
+def _held(state: dict, workdir: str) -> bool:
+    return any(e.get("workdir") == workdir for e in experiments(state).values())
+
+
+def select_or_reopen(
+    campaign: Campaign, ref: str | None, phases: tuple[str, ...], verb: str
+) -> tuple[dict, dict]:
+    """`select`, and for a recorded crash or timeout named by `ref`: reopen it as a fix-up
+    attempt (an agent fixed the code where the branch is checked out and commits or runs)."""
+    state = settled_state(campaign)
+    try:
+        return state, select(state, ref, phases, verb)
+    except BadInput:
+        closed = (state.get("closed") or {}).get((ref or "").rsplit("/", 1)[-1]) if ref else None
+        if not closed or closed.get("status") not in ("crash", "timeout", "cancelled"):
+            raise
+    reopen(campaign, ref, "retry")
+    state = settled_state(campaign)
+    return state, select(state, ref, phases, verb)
+
+
 def resolve_parent(campaign: Campaign, parent: str, rows: list) -> str:
     from autoresearch_skills import gitflow, ledger
 
@@ -301,8 +434,7 @@ def resolve_parent(campaign: Campaign, parent: str, rows: list) -> str:
 def commit(campaign: Campaign, ref: str | None = None, message: str | None = None) -> str:
     """Stage only the experiment's changed files and commit them (hypothesis, then fix-ups)."""
 
-    state = settled_state(campaign)
-    experiment = select(state, ref, phases=("open",), verb="commit")
+    state, experiment = select_or_reopen(campaign, ref, phases=("open",), verb="commit")
     return _commit(campaign, state, experiment, message)
 
 
@@ -310,7 +442,7 @@ def _commit(campaign: Campaign, state: dict, experiment: dict, message: str | No
     from autoresearch_skills import gitflow
 
     workdir = Path(experiment["workdir"])
-    first = experiment["slug"] == "baseline" or not experiment["commits"]  # later ones are fix-ups
+    first = not experiment.get("fixup") and (experiment["slug"] == "baseline" or not experiment["commits"])
     text = (message or experiment["description"]) if first else f"fix-up: {message or 'follow-up change'}"
     done = gitflow.commit_changes(workdir, experiment["snapshot"], text, max_bytes=_max_bytes(campaign))
     if done.left_out:  # generated files (checkpoints, wandb/, files over the size limit) stay out
@@ -349,16 +481,33 @@ def request_run(
         state = settled_state(campaign)
         experiment = select(state, ref, phases=("open",), verb="run")
         workdir = Path(experiment["workdir"])
-        if gitflow.changed_paths(workdir, experiment["snapshot"], _max_bytes(campaign)):
-            _commit(campaign, state, experiment)
-        if experiment["slug"] != "baseline" and not experiment["commits"] and not experiment.get("rerun_of"):
+        changed = gitflow.changed_paths(workdir, experiment["snapshot"], _max_bytes(campaign))
+        if changed and experiment.get("rerun_of") is not None:
             raise BadInput(
-                f"experiment {experiment['key']!r} has no change yet: edit files for the hypothesis, then run"
+                f"{experiment['key']} reruns commit {experiment['branch_start'][:8]} as it is, but {changed[0]} "
+                f"was edited in {workdir}: undo the edit, or start a new experiment for it"
             )
+        if changed:
+            _commit(campaign, state, experiment)
+        if (
+            experiment["slug"] != "baseline"
+            and not experiment["commits"]
+            and experiment.get("rerun_of") is None
+        ):
+            what = (
+                "commit the fix first"
+                if experiment.get("fixup")
+                else "edit files for the hypothesis, then run"
+            )
+            raise BadInput(f"experiment {experiment['key']!r} has no change yet: {what}")
         _refuse_frozen_edits(campaign, state, experiment)
         verdict = campaign.verdict(state=state, exclude=experiment["key"])
         if not force and not verdict.may_start():
             raise StopConditionMet(verdict.line)
+        if not force and campaign.paused:
+            raise StopConditionMet(
+                f"campaign paused ({campaign.paused}): nothing new starts until `ars campaign resume`"
+            )
         experiment.update(phase="queued", queued_at=now_iso(), requested_timeout=timeout, forced=force)
         campaign.save_state(state)
         launch_queued(campaign)
@@ -726,6 +875,13 @@ def _record(campaign: Campaign, key: str, status: str | None, reason: str | None
     if s.strategy == "ratchet" and status != "keep" and experiment["slug"] != "baseline":
         gitflow.move_branch_back(experiment["workdir"], experiment["parent_commit"])
     del experiments(state)[key]
+    closed = {k: experiment.get(k) for k in CLOSED_KEYS}
+    state["closed"] = {
+        **{k: v for k, v in state.get("closed", {}).items() if k != experiment["slug"]},
+        experiment["slug"]: {**closed, "row": row.index, "status": status},
+    }
+    if len(state["closed"]) > 50:  # enough to retry or rerun recent work; the ledger has the rest
+        state["closed"] = dict(list(state["closed"].items())[-50:])
     state["last"] = {"index": row.index, "slug": experiment["slug"], "status": status}
     if not reported:  # a detached run reaped by another command: `ars exp wait` shows it
         state["unreported"] = [*state.get("unreported", []), row.index][-100:]

@@ -163,6 +163,7 @@ class Loop:
         self.cancelled: set[str] = set()
         self.latest: dict[str, str] = {}
         self.last_metric_read = 0.0
+        self.paused_said = False
 
     def run(self) -> int:
         s = self.campaign.settings
@@ -195,9 +196,18 @@ class Loop:
         return scheduler.in_flight(self.campaign)
 
     def go_on(self, quiet: bool = False) -> bool:
+        """Whether a new run may start: the stop rules allow it and nobody paused the campaign
+        (`ars campaign pause`: what runs finishes, nothing new starts)."""
         verdict = self.campaign.verdict()
         if not quiet or not verdict.may_start():
             self.out.event("verdict", verdict.line, should_continue=verdict.should_continue)
+        if verdict.may_start() and self.campaign.paused:
+            if not self.paused_said:
+                self.out.event(
+                    "paused", f"paused ({self.campaign.paused}): nothing new starts; `ars campaign resume`"
+                )
+                self.paused_said = True
+            return False
         return verdict.may_start()
 
     def free_slots(self) -> int:
@@ -207,7 +217,7 @@ class Loop:
     def fill_slots(self, policy) -> None:
         """Open and launch proposals while a slot is free and the stop rules allow a new start."""
         while self.free_slots() > 0 and not self.interrupts.requested:
-            if not self.campaign.verdict().may_start():
+            if not self.go_on(quiet=True):
                 return
             key = self.propose(policy)
             if key is None:
