@@ -246,11 +246,12 @@ def test_the_curve_is_saved_beside_the_log_for_later_runs(train):
 def test_policy_defaults_need_no_configuration():
     policy = WatchPolicy.from_settings(None, None, preset="karpathy")
     assert policy.actions == DEFAULT_ACTIONS
-    assert (policy.stall_after, policy.first_step_timeout, policy.prune) == (900.0, 1200.0, "off")
+    assert (policy.stall_after, policy.first_step_timeout, policy.prune) == (900.0, 1200.0, "median")
     assert policy.first_step is not None and policy.axis == "time"  # karpathy runs have a time budget
     assert WatchPolicy.from_settings({"axis": "step"}, None, preset="karpathy").axis == "step"
     assert WatchPolicy.from_settings(None, None, preset="generic").first_step is None
     assert WatchPolicy.from_settings({}, False).prune == "off"  # YAML's bare `off`
+    assert WatchPolicy.from_settings({}, "off").prune == "off"
     assert WatchPolicy.from_settings({}, True).prune == "median"  # and `on`
     assert WatchPolicy.from_settings({"stall_after": "off"}, "both").stall_after is None
     line = WatchPolicy.from_settings(None, None).describe()

@@ -41,7 +41,10 @@ from autoresearch_skills.errors import BadInput
 
 ACTIONS = ("cancel", "warn", "ignore")
 PRUNE_RULES = ("off", "median", "forecast", "both")
-RECOMMENDED_PRUNE = "median"  # what `prune: on` means; see bench/bench_prune.py for the figures
+# The rule when `prune:` is not set or `on`: in bench/bench_prune.py's replay of 100 campaigns of 60
+# runs (real tiny-lm curves, noisy, crossing and late-LR-drop families) it saved 52% of the compute and
+# stopped 0.6% of the eventual winners (Vizier's original median rule: 7%; the forecast rule: 37%).
+RECOMMENDED_PRUNE = "median"
 
 # What happens to each kind when campaign.yaml says nothing: stop what cannot recover, note the rest.
 DEFAULT_ACTIONS: dict[str, str] = {
@@ -204,11 +207,12 @@ def validate_watch(watch: dict | None, prune: str | bool | None) -> None:
 
 
 def _prune_rule(prune: str | bool | None) -> str:
-    # YAML reads a bare `off` as False and `on` as True.
-    if prune is None or prune is False:
-        return "off"
-    if prune is True:
+    # Not set: the recommended rule (it judges nothing before 3 runs have finished). YAML reads a
+    # bare `off` as False and `on` as True.
+    if prune is None or prune is True:
         return RECOMMENDED_PRUNE
+    if prune is False:
+        return "off"
     text = str(prune).strip().lower()
     if text == "on":
         return RECOMMENDED_PRUNE
