@@ -487,3 +487,21 @@ def test_mlflow_store_read_while_a_real_run_is_still_logging(tmp_path):
         "no MLflow run in experiment Default"
         in read({"kind": "mlflow", "experiment": "Default"}, tmp_path).missing
     )
+
+
+def test_ars_metric_extract_reads_wandb_and_mlflow_folders(tmp_path):
+    pytest.importorskip("wandb")
+    pytest.importorskip("mlflow")
+    python(tmp_path, WANDB_RUN)
+    (tmp_path / "release").touch()
+    python(tmp_path, MLFLOW_WRITER)
+    command = [sys.executable, "-m", "autoresearch_skills.cli", "metric", "extract"]
+    done = subprocess.run([*command, str(tmp_path / "wandb"), "-m", "val/loss", "--mode", "best"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("val/loss: 1\nstep: 400\n")
+    done = subprocess.run(
+        [*command, str(tmp_path / "mlruns"), "-m", "val/loss"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.startswith("val/loss: 0.750000\nstep: 30\n")
+    done = subprocess.run([*command, str(tmp_path / "wandb"), "-m", "nope"], capture_output=True, text=True)
+    assert done.returncode == 1 and "tags present: eval.acc, final_score, val/loss" in done.stderr

@@ -358,7 +358,7 @@ def format_value(value: float) -> str:
 @dataclass(frozen=True)
 class _Source:
     path: Path
-    kind: str  # "log", "jsonl" or "tensorboard"
+    kind: str  # "log", "jsonl", "tensorboard", "wandb" or "mlflow"
     make_parser: Callable[[], LineParser] | None
     gzip: bool
     metric: str | None = None  # the one wanted, if any: lines that cannot hold it are skimmed
@@ -370,6 +370,11 @@ def _open_source(path: str | Path, preset: Preset, pattern: str | None, name: st
     path = Path(path)
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory: check the run's log path")
+    stored = _stored_run_kind(path)
+    if stored is not None:
+        if pattern is not None:
+            raise BadInput(f"{path}: --pattern reads text logs, and this is {stored} data")
+        return _Source(path, stored, None, False)
     if path.is_dir() or tensorboard.is_event_file(path):
         if pattern is not None:
             raise BadInput(f"{path}: --pattern reads text logs, and this is TensorBoard event data")
@@ -420,8 +425,8 @@ def _scan_tail(source: _Source, size: int) -> tuple[list[Record], bool]:
     gzip and TensorBoard cannot be read backwards: they are read whole."""
     from autoresearch_skills.sources import logs
 
-    if source.kind == "tensorboard":
-        return [([sample], True) for sample in _tensorboard(source.path)], True
+    if source.kind in WHOLE_KINDS:
+        return [([sample], True) for sample in _whole(source)], True
     if source.gzip:
         lines, at_start = logs.iter_lines(source.path), True
     else:
@@ -434,8 +439,8 @@ def _scan_all(
 ) -> Iterator[list[Sample]]:
     from autoresearch_skills.sources import logs
 
-    if source.kind == "tensorboard":
-        for sample in _tensorboard(source.path):
+    if source.kind in WHOLE_KINDS:
+        for sample in _whole(source):
             yield [sample]
         return
     for samples, _ in _parse_iter(source, logs.iter_lines(source.path, on_progress)):
@@ -457,6 +462,53 @@ def _parse_iter(source: _Source, lines: Iterable[str]) -> Iterator[Record]:
         samples = parser.feed(line)
         if samples:
             yield samples, parser.resolved
+
+
+WHOLE_KINDS = ("tensorboard", "wandb", "mlflow")  # read whole: binary records, or one file per metric
+
+
+def _stored_run_kind(path: Path) -> str | None:
+    """ "wandb" for a W&B run folder, its `wandb/` parent or a `.wandb` file; "mlflow" for an MLflow
+    file store; None otherwise."""
+    from autoresearch_skills.sources import mlflow, wandb
+
+    if path.suffix == ".wandb" and path.is_file():
+        return "wandb"
+    if not path.is_dir():
+        return None
+    if wandb.run_dirs(path):
+        return "wandb"
+    if mlflow.runs(path):
+        return "mlflow"
+    return None
+
+
+def _whole(source: _Source) -> list[Sample]:
+    if source.kind == "tensorboard":
+        return _tensorboard(source.path)
+    from autoresearch_skills.sources import mlflow, wandb
+
+    if source.kind == "wandb":
+        # The newest run; its history, then summary-only keys as step-less values.
+        file = source.path if source.path.is_file() else wandb.log_file(wandb.run_dirs(source.path)[-1])
+        if file is None:
+            return []
+        reader = wandb.LogReader(file)
+        try:
+            samples = reader.read()
+        except ValueError as err:
+            raise BadInput(str(err)) from None
+        seen = {s.name for s in samples}
+        summary = dict(reader.summary)
+        extra = wandb.summary_file(file.parent)
+        if extra is not None:
+            summary.update(wandb.read_summary_json(extra))
+        return samples + [s for name, s in summary.items() if name not in seen]
+    run = mlflow.runs(source.path)[-1]  # the newest run of any experiment
+    samples = []
+    for name in mlflow.metric_names(run):
+        samples += mlflow.MetricReader(run.path / "metrics" / name, name).read()
+    return samples
 
 
 def _tensorboard(path: Path) -> list[Sample]:
@@ -595,7 +647,7 @@ def tail_lines(path: str | Path, n: int = 20) -> list[str]:
     path = Path(path)
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory: check the run's log path")
-    if path.is_dir() or tensorboard.is_event_file(path):
+    if path.is_dir() or tensorboard.is_event_file(path) or path.suffix == ".wandb":
         return []
     return logs.tail_lines(path, n)
 
@@ -638,7 +690,8 @@ def cli() -> None:
 @click.option("--csv", "as_csv", is_flag=True, help="CSV rows: name,step,value")
 def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as_csv) -> None:
     """Print a metric from LOG: a text log (plain or .gz), a .jsonl file, a TensorBoard event
-    file or a directory holding them.
+    file or a directory holding them, a W&B run folder (or `wandb/`, the newest run) or an MLflow
+    file store (`mlruns/`, the newest run).
 
     `last` reads backwards from the end and stops at the latest value; `best` and `series`
     read the whole file. Exit 0: found; 1: not found (the log's last 20 lines go to stderr,
@@ -654,6 +707,8 @@ def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as
       ars metric extract train.log --metric loss --mode series --json
       ars metric extract out.log --pattern 'eval acc (\\d+\\.\\d+)' --metric acc
       ars metric extract metrics.jsonl --metric val_bpb --mode best
+      ars metric extract wandb/ --metric val/loss --mode series
+      ars metric extract mlruns/ --metric val_loss --mode best
     """
     if as_json and as_csv:
         raise BadInput("choose one of --json and --csv")
@@ -717,8 +772,8 @@ def _explain_no_match(log: Path, preset: Preset, name: str | None, mode: str) ->
     click.echo(f"preset {preset.name} reads: {preset.reads}", err=True)
     from autoresearch_skills.sources import tensorboard
 
-    if log.is_dir() or tensorboard.is_event_file(log):
-        tags = sorted({s.name for s in _tensorboard(log)})
+    if log.is_dir() or tensorboard.is_event_file(log) or log.suffix == ".wandb":
+        tags = sorted({s.name for s in _whole(_open_source(log, preset, None, None))})
         click.echo(f"tags present: {_listing(tags)}", err=True)
         return
     names = list(latest(log, preset.name))
