@@ -1,0 +1,510 @@
+"""The blueprint format: its sections, the `Blueprint` record, and how a file is read.
+
+Parsing never raises for a malformed blueprint (only for an unreadable file): what is missing or
+wrong is recorded in `Blueprint.issues`, which `checking.check` reports with the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autoresearch_skills.clock import DURATION_PART, format_duration, parse_duration
+from autoresearch_skills.errors import BadInput
+
+SECTIONS = (
+    "exp_purpose", "exp_codebase_dir", "exp_venv_exe", "exp_yaml_path",
+    "exp_launch_command", "exp_result_dir", "exp_max_time",
+)  # fmt: skip
+NOTES = "Other Notes"
+DEFAULT_MAX_TIME = 24 * 3600.0
+DEFAULT_FIRST_STEP_TIMEOUT = 20 * 60.0
+DEFAULT_FIRST_STEP_PATTERN = "actor/kl_loss:"  # verl and AgentJet print it with every step's metrics
+DEFAULT_RESULT_ROOT = "auto_agent/exp_results"  # under the codebase; one folder per blueprint
+DEFAULT_GPUS = 1
+PYTHON_TIMEOUT = 10.0  # seconds for `python -c 'import sys'`: a venv on a slow network disk still starts
+TEST_FREQ_NEVER = 1000  # validating less often than this means a run ends with no validation figures
+AGENTJET_DEFAULT_GPUS = 8  # n_gpus_per_node when the YAML leaves it out (AgentJet and verl)
+
+TRIAL_LOG = "trial_log.md"
+RESULTS = "results.md"
+FINISH_FLAG = "finish.flag"
+FINAL_STATUSES = ("ok", "failed", "timeout", "first_step_timeout", "cancelled", "lost")
+
+_TEMPLATE_HINT = "see templates/blueprint.md"
+_META_KEYS = {
+    "description",
+    "hint",
+    "hints",
+    "warning",
+    "default",
+    "note",
+    "notes",
+    "example",
+    "why",
+    "holds",
+}
+_VALUE_KEYS = {
+    "exp_codebase_dir": ("path", "dir", "codebase"),
+    "exp_venv_exe": ("path", "python", "exe", "venv"),
+    "exp_yaml_path": ("path", "yaml", "config"),
+    "exp_launch_command": ("command", "cmd"),
+    "exp_result_dir": ("path", "dir"),
+    "exp_max_time": ("max time", "max time per run", "max_time", "time"),
+}
+# Keys each section's own parsing reports on; a placeholder under any other key is reported as such.
+_CONSUMED = {
+    **{section: keys for section, keys in _VALUE_KEYS.items()},
+    "exp_purpose": ("purpose", "hypothesis", "description", "name"),
+    "exp_max_time": (*_VALUE_KEYS["exp_max_time"], "first step timeout", "first step pattern", "first step"),
+    NOTES: ("gpus", "gpu"),
+}
+_FIX = {
+    "exp_purpose": "write the hypothesis in one sentence (`- purpose: ...`)",
+    "exp_codebase_dir": "write the absolute path of the code to run (`- path: /abs/project`)",
+    "exp_venv_exe": "write the path of the environment's python (`- path: /abs/project/.venv/bin/python`)",
+    "exp_yaml_path": "write the training config's path, or NA when the launch command carries every setting",
+    "exp_launch_command": "write the exact command, run from [exp_codebase_dir] (`- command: python -m ...`)",
+    "exp_result_dir": "write the absolute path of this blueprint's own result folder (`- path: /abs/...`)",
+    "exp_max_time": "write the hard limit (`- max time: 24h`)",
+}
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass
+class Problem:
+    """One thing wrong with a blueprint, and what to do about it."""
+
+    file: str
+    section: str  # "exp_venv_exe", "Other Notes", "" for the file as a whole
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        where = f"[{self.section}] " if self.section.startswith("exp_") else ""
+        if self.section == NOTES:
+            where = f"[{NOTES}] "
+        return f"{self.file}: {where}{self.message} — {self.fix}"
+
+
+@dataclass
+class Blueprint:
+    path: Path
+    title: str
+    purpose: str
+    slug: str  # short name: tmux session names and default result dirs
+    codebase: Path | None
+    python: Path | None
+    yaml: Path | None  # None: NA (the launch command carries every setting)
+    command: str
+    result_dir: Path | None
+    max_time_seconds: float
+    gpus: int | None  # how many GPUs the run gets
+    first_step_pattern: str
+    first_step_timeout_seconds: float
+    notes: list[str]  # Other Notes as written
+    prediction: str = ""
+    devices: tuple[int, ...] = ()  # pinned GPUs when the blueprint names them (`gpus: 4,5,6,7`)
+    issues: list[Problem] = field(default_factory=list, repr=False)  # found while parsing
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("issues")
+        return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
+
+
+# ---------------------------------------------------------------- reading the Markdown
+
+
+_HEADING = re.compile(r"^ {0,3}##\s+(?:\[(?P<tag>[A-Za-z_]+)\]|(?P<notes>other\s+notes)\b)", re.IGNORECASE)
+_OTHER_HEADING = re.compile(r"^ {0,3}#{1,2}\s")
+_TITLE = re.compile(r"^ {0,3}#\s+(.*\S)")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
+_KEYED = re.compile(r"^([A-Za-z][A-Za-z _/-]{0,40}?)\s*:\s*(.*)$")
+_PLACEHOLDER = re.compile(r"<[^\s<>](?:[^<>]*[^\s<>])?>")
+_DURATION_IN_TEXT = re.compile(rf"(?<![\w.])(?:{DURATION_PART}\s*)+", re.IGNORECASE)
+_NA = {"na", "n/a", "none", "-"}
+
+
+@dataclass
+class _Item:
+    key: str | None  # lower-cased, `_` as space; None for a bare bullet
+    value: str  # the text after `key:` (or the whole bullet), continuation lines joined by \n
+    text: str  # the whole bullet as written
+
+
+def _sections(text: str) -> tuple[str, dict[str, list[str]], list[str]]:
+    """(title, section name -> its lines, duplicated section names). Headings inside fenced code
+    blocks are text, not headings."""
+    title, current, fenced = "", None, False
+    found: dict[str, list[str]] = {}
+    duplicates = []
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            heading = _HEADING.match(line)
+            if heading:
+                current = heading.group("tag").lower() if heading.group("tag") else NOTES
+                if current in found:
+                    duplicates.append(current)
+                found.setdefault(current, [])
+                continue
+            if _OTHER_HEADING.match(line):
+                if not title and (match := _TITLE.match(line)):
+                    title = match.group(1).strip()
+                current = None  # another `#`/`##` heading ends the section; `###` stays inside it
+                continue
+        if current is not None:
+            found[current].append(line)
+    return title, found, duplicates
+
+
+def _items(lines: list[str]) -> list[_Item]:
+    """The top-level bullets of a section, each with its indented continuation lines (fences
+    dropped, so a command may be written as a fenced block under `- command:`)."""
+    items: list[_Item] = []
+    indent, parts = -1, None
+    for line in lines + ["- "]:  # a sentinel bullet flushes the last one
+        bullet = _BULLET.match(line)
+        if bullet and (indent < 0 or len(bullet.group(1)) <= indent):
+            if parts is not None:
+                items.append(_make_item(parts))
+            indent, parts = len(bullet.group(1)), [bullet.group(2)]
+        elif parts is not None and not _FENCE.match(line):
+            parts.append(line)
+    return [item for item in items if item.text]
+
+
+def _make_item(parts: list[str]) -> _Item:
+    head = parts[0].strip()
+    rest = _dedent([p for p in parts[1:]]).strip("\n")
+    keyed = _KEYED.match(head)
+    if keyed and not keyed.group(1).strip().startswith(("http", "/")):
+        key = keyed.group(1).strip().lower().replace("_", " ")
+        value = keyed.group(2).strip()
+        value = f"{value}\n{rest}".strip() if rest else value
+        return _Item(key, value, head)
+    return _Item(None, f"{head}\n{rest}".strip() if rest else head, head)
+
+
+def _dedent(lines: list[str]) -> str:
+    widths = [len(line) - len(line.lstrip()) for line in lines if line.strip()]
+    cut = min(widths, default=0)
+    return "\n".join(line[cut:] for line in lines)
+
+
+def _unquote(text: str) -> str:
+    """`value` or ``value`` -> value (only when the whole text is one code span)."""
+    text = text.strip()
+    for ticks in ("``", "`"):
+        if len(text) > 2 * len(ticks) and text.startswith(ticks) and text.endswith(ticks):
+            inner = text[len(ticks) : -len(ticks)]
+            if ticks not in inner:
+                return inner.strip()
+    return text
+
+
+def _value(items: list[_Item], keys: Sequence[str]) -> str:
+    """A section's value: the first bullet with one of `keys` (`- path: ...`), else the first bare
+    bullet (`- /abs/path`). "" when the section holds neither."""
+    for item in items:
+        if item.key in keys:
+            return item.value
+    return next((item.value for item in items if item.key is None), "")
+
+
+def _path_text(value: str) -> str:
+    """The path in a value: a code span, else its first word (`tests/x.yaml (copy of ...)`)."""
+    value = value.strip()
+    span = re.match(r"^`([^`]+)`", value)
+    if span:
+        return span.group(1).strip()
+    return value.split()[0] if value.split() else ""
+
+
+def _find_duration(text: str) -> float | None:
+    match = _DURATION_IN_TEXT.search(text)
+    if match is None:
+        return None
+    try:
+        return parse_duration(match.group().strip())
+    except ValueError:
+        return None
+
+
+def slugify(text: str, limit: int = 40) -> str:
+    """A short name safe in tmux session names and folder names: `math_topk50`."""
+    cleaned = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+    return cleaned[:limit].rstrip("_")
+
+
+def session_name(blueprint: Blueprint | str, attempt: int = 1) -> str:
+    """The tmux session of one attempt: contains `ajet` and the blueprint's slug (`ajet_math_topk50`;
+    later attempts `ajet_math_topk50_try2`), so `tmux ls` on a shared node says what each one is."""
+    slug = blueprint.slug if isinstance(blueprint, Blueprint) else slugify(blueprint)
+    base = slug if slug.startswith("ajet") else f"ajet_{slug}" if slug else "ajet_blueprint"
+    return base if attempt <= 1 else f"{base}_try{attempt}"
+
+
+def parse_gpus(text: str) -> tuple[int, tuple[int, ...]]:
+    """`4` -> (4, ()): four GPUs, any. `4,5,6,7`, `4-7` or `CUDA_VISIBLE_DEVICES=4` pin devices.
+    Raises ValueError."""
+    text = _unquote(text.strip())
+    pinned = re.match(r"^CUDA_VISIBLE_DEVICES\s*=\s*", text)
+    word = text[pinned.end() :].split()[0] if pinned else (text.split() or [""])[0]
+    word = word.rstrip(";,.")
+    if re.fullmatch(r"\d+", word):
+        return (1, (int(word),)) if pinned else (int(word), ())
+    if re.fullmatch(r"\d+(?:,\d+)+", word):
+        devices = tuple(int(part) for part in word.split(","))
+        return len(devices), devices
+    if span := re.fullmatch(r"(\d+)-(\d+)", word):
+        low, high = int(span.group(1)), int(span.group(2))
+        if low <= high:
+            return high - low + 1, tuple(range(low, high + 1))
+    raise ValueError(f"not a GPU count or device list: {text!r} (try `4`, `0,1,2,3` or `4-7`)")
+
+
+def parse(path: str | Path) -> Blueprint:
+    """Read a blueprint. What is missing or malformed is recorded in `issues` (reported by `check`);
+    only an unreadable file raises BadInput."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"{path} does not exist; write one with `ars blueprint new`") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BadInput(f"{path}: cannot read it ({err}); a blueprint is a UTF-8 Markdown file") from None
+    return parse_text(text, path)
+
+
+def parse_text(text: str, path: Path) -> Blueprint:
+    shown = str(path)
+    issues: list[Problem] = []
+    title, found, duplicates = _sections(text)
+    items = {name: _items(lines) for name, lines in found.items()}
+
+    def issue(section: str, message: str, fix: str) -> None:
+        issues.append(Problem(shown, section, message, fix))
+
+    if not any(name in found for name in SECTIONS):
+        issue("", "holds none of the blueprint sections ([exp_purpose] ... [exp_max_time])", _TEMPLATE_HINT)
+    for name in SECTIONS:
+        if name not in found:
+            issue(name, f"section `## [{name}]` is missing", f"add it ({_TEMPLATE_HINT}); {_FIX[name]}")
+    if NOTES not in found:
+        issue(NOTES, "section `## Other Notes` is missing", "add it with `- gpus: N` and the to-do list")
+    for name in sorted(set(duplicates)):
+        issue(name, "section appears twice", "keep one; a reader cannot tell which one counts")
+    if not title:
+        issue("", "has no `# ` title line", "start the file with `# Experiment blueprint: <what it tests>`")
+    elif _PLACEHOLDER.search(title):
+        issue("", f"title is not filled in (still `{title}`)", "name the experiment in the `# ` line")
+
+    def filled(name: str, value: str, what: str) -> str:
+        """The value, or "" with an issue when the section is present but empty or a placeholder."""
+        if name not in found:
+            return ""
+        if not value.strip():
+            issue(name, f"{what} is empty", _FIX[name])
+            return ""
+        if placeholder := _PLACEHOLDER.search(value):
+            issue(name, f"{what} is not filled in (still `{placeholder.group()}`)", _FIX[name])
+            return ""
+        return value
+
+    # [exp_purpose]
+    purpose_items = items.get("exp_purpose", [])
+    keyed = {item.key: item.value for item in reversed(purpose_items) if item.key}
+    purpose_text = keyed.get("purpose") or keyed.get("hypothesis") or keyed.get("description") or ""
+    if not purpose_text:
+        purpose_text = next((item.value for item in purpose_items if item.key is None), "")
+    purpose = filled("exp_purpose", purpose_text, "the purpose")
+    prediction = keyed.get("prediction", "")
+    prediction = "" if _PLACEHOLDER.search(prediction) else prediction
+    name = keyed.get("name", "")
+    if name and (placeholder := _PLACEHOLDER.search(name)):
+        issue(
+            "exp_purpose",
+            f"name is not filled in (still `{placeholder.group()}`)",
+            "write a short name: `- name: math_topk50`",
+        )
+        name = ""
+    slug = slugify(name) or slugify(" ".join(purpose.split()[:6])) or slugify(path.stem)
+
+    # paths: relative ones are relative to the codebase (the launch command runs there)
+    def section_value(section: str, what: str) -> str:
+        return filled(section, _value(items.get(section, []), _VALUE_KEYS[section]), what)
+
+    codebase_text = _path_text(section_value("exp_codebase_dir", "the code path"))
+    codebase = Path(codebase_text).expanduser() if codebase_text else None
+    if codebase is not None and not codebase.is_absolute():
+        issue(
+            "exp_codebase_dir",
+            f"{codebase} is not an absolute path",
+            f"write it from the root ({codebase.resolve()} if you mean the one under the current folder)",
+        )
+        codebase = None
+
+    def resolved(text: str) -> Path | None:
+        if not text:
+            return None
+        candidate = Path(text).expanduser()
+        if candidate.is_absolute():
+            return candidate
+        return codebase / candidate if codebase is not None else None
+
+    python = resolved(_path_text(section_value("exp_venv_exe", "the python path")))
+    yaml_text = _path_text(section_value("exp_yaml_path", "the YAML path"))
+    yaml_path = None if yaml_text.lower() in _NA else resolved(yaml_text)
+    command = _unquote(section_value("exp_launch_command", "the launch command"))
+    result_dir = resolved(_path_text(section_value("exp_result_dir", "the result dir")))
+
+    # [exp_max_time]
+    time_items = items.get("exp_max_time", [])
+    max_time_text = section_value("exp_max_time", "the max time")
+    max_time = DEFAULT_MAX_TIME
+    if max_time_text:
+        seconds = _find_duration(max_time_text)
+        if seconds is None or seconds <= 0:
+            issue(
+                "exp_max_time",
+                f"max time `{max_time_text}` does not parse",
+                "write it as 24h, 12 hours or 90m",
+            )
+        else:
+            max_time = seconds
+    first_step_timeout, pattern = DEFAULT_FIRST_STEP_TIMEOUT, DEFAULT_FIRST_STEP_PATTERN
+    step_items = [item for item in time_items if "first step" in (item.key or item.value.lower())]
+    for item in step_items:
+        if item.key == "first step pattern":
+            pattern = _unquote(item.value) or pattern
+            continue
+        if still := _PLACEHOLDER.search(item.value):
+            issue(
+                "exp_max_time",
+                f"the first-step timeout is not filled in (still `{still.group()}`)",
+                "write e.g. `20m`",
+            )
+            continue
+        text = item.value if item.key else item.value.lower().split("first step", 1)[1]
+        seconds = _find_duration(text.split("within", 1)[-1])
+        if seconds is None or seconds <= 0:
+            issue("exp_max_time", f"first step timeout `{item.value}` does not parse", "write it as 20m")
+        else:
+            first_step_timeout = seconds
+        span = re.search(r"`([^`]+)`", item.value) or re.search(r"\(([^()\s]+)\)", item.value)
+        if span and not any(i.key == "first step pattern" for i in step_items):
+            pattern = span.group(1)
+    if first_step_timeout >= max_time and max_time_text:
+        issue(
+            "exp_max_time",
+            f"the first-step timeout ({format_duration(first_step_timeout)}) is not shorter than the max time "
+            f"({format_duration(max_time)})",
+            "shorten the first-step timeout (default 20m) or lengthen the max time",
+        )
+
+    # Other Notes
+    notes = list(found.get(NOTES, []))
+    while notes and not notes[-1].strip():
+        notes.pop()
+    if NOTES in found and not any(line.strip() for line in notes):
+        issue(NOTES, "is empty", "add `- gpus: N`, preparation, clean-up and the to-do list")
+    gpus, devices = None, ()
+    gpu_item = next((item for item in items.get(NOTES, []) if item.key in ("gpus", "gpu")), None)
+    if gpu_item is None:
+        if NOTES in found:
+            issue(NOTES, "says nothing about GPUs", "add `- gpus: 4` (how many) or `- gpus: 4,5,6,7` (which)")
+    elif placeholder := _PLACEHOLDER.search(gpu_item.value):
+        issue(NOTES, f"gpus is not filled in (still `{placeholder.group()}`)", "write how many: `- gpus: 4`")
+    else:
+        try:
+            gpus, devices = parse_gpus(gpu_item.value)
+        except ValueError as err:
+            issue(NOTES, str(err), "write how many (`- gpus: 4`) or which (`- gpus: 4,5,6,7`)")
+        if gpus == 0:
+            issue(NOTES, "gpus is 0", "a blueprint needs at least one GPU: `- gpus: 1`")
+            gpus = None
+
+    # Any other line still holding a template placeholder: the writer skipped it.
+    for section, section_items in items.items():
+        consumed = _CONSUMED.get(section, ())
+        for item in section_items:
+            if item.key is None or item.key in _META_KEYS or item.key in consumed:
+                continue
+            if placeholder := _PLACEHOLDER.search(item.value):
+                issue(
+                    section,
+                    f"`{item.key}:` still holds `{placeholder.group()}`",
+                    "fill it in or delete the line",
+                )
+
+    return Blueprint(
+        path=path,
+        title=title,
+        purpose=purpose,
+        slug=slug,
+        codebase=codebase,
+        python=python,
+        yaml=yaml_path,
+        command=command,
+        result_dir=result_dir,
+        max_time_seconds=max_time,
+        gpus=gpus,
+        first_step_pattern=pattern,
+        first_step_timeout_seconds=first_step_timeout,
+        notes=notes,
+        prediction=prediction,
+        devices=devices,
+        issues=issues,
+    )
+
+
+def _as_int(value) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return int(value)
+    with contextlib.suppress(ValueError):
+        return int(str(value).strip())
+    return None
+
+
+def launch_environment(bp: Blueprint, devices: Sequence[int] | None = None) -> dict[str, str]:
+    """Environment additions for the launch: the blueprint's python first on PATH (so `python ...`
+    in the command is that environment's), VIRTUAL_ENV when it is a venv, and the GPU pinning."""
+    env: dict[str, str] = {}
+    if bp.python is not None:
+        env["PATH"] = f"{bp.python.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        if (bp.python.parent.parent / "pyvenv.cfg").exists():
+            env["VIRTUAL_ENV"] = str(bp.python.parent.parent)
+    chosen = devices if devices is not None else bp.devices
+    if chosen:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in chosen)
+    return env
+
+
+def find_blueprints(paths: Sequence[Path]) -> list[Path]:
+    """The blueprint files among `paths`: files as given, and in folders every *.md holding an
+    `## [exp_...]` heading (a README beside them is not a blueprint)."""
+    found = []
+    for path in paths:
+        if path.is_dir():
+            for candidate in sorted(path.glob("*.md")):
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    if re.search(r"^ {0,3}##\s+\[exp_", candidate.read_text(encoding="utf-8"), re.MULTILINE):
+                        found.append(candidate)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise BadInput(f"{path} does not exist; give blueprint files or the folder holding them")
+    return found
