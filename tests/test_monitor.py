@@ -431,3 +431,23 @@ def test_ars_watch_finds_a_tmux_run_by_session_name(tmp_path, monkeypatch):
         assert (final["verdict"], final["exit_code"], final["first_step"]["line"]) == ("failed", 4, 1)
     finally:
         server.kill()
+
+
+def test_a_run_stopped_by_its_timeout_shows_no_anomaly_of_ours(tmp_path):
+    """The launcher's `[ars] timeout ... SIGKILL` notice is not an OOM kill of the run."""
+    from autoresearch_skills.launch import get_launcher
+    from autoresearch_skills.launch.base import RunSpec
+
+    local = get_launcher("local")
+    log = tmp_path / "run.log"
+    run = local.start(
+        RunSpec(command="echo 'step 1 | loss 2.5'; sleep 60", log_path=log, timeout=1.0, grace=0.5)
+    )
+    blocks: list[Block] = []
+    outcome = watch(
+        log, lambda: local.status(run), options=WatchOptions(**FAST), cancel=lambda: local.cancel(run),
+        emit=blocks.append,
+    )  # fmt: skip
+    assert outcome.verdict == "timeout"
+    assert "[ars] timeout after" in log.read_text()
+    assert outcome.anomalies == [] and blocks[-1].anomalies == []

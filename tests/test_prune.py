@@ -134,3 +134,17 @@ def test_ars_prune_bad_input_is_one_line_and_exit_2(tmp_path, campaign_ledger):
     assert missing.returncode == 2
     for result in (no_ledger, no_final, other_metric, missing):
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_the_watchers_median_rule_compares_best_so_far_with_the_worse_quarter_after_a_fifth():
+    from autoresearch_skills.prune import WATCH_RULE
+
+    finished = [[(0, 4.0), (100, v), (200, v - 0.5), (500, v - 1.0)] for v in (3.0, 3.1, 3.2, 3.3, 3.4)]
+    # best so far at step 100: 3.0 .. 3.4; the 75% mark (from the best) is 3.3
+    assert not median_rule(
+        [(0, 4.5), (100, 3.25)], finished, "min", **WATCH_RULE
+    ).prune  # behind the median only
+    decision = median_rule([(0, 4.5), (100, 3.35)], finished, "min", **WATCH_RULE)
+    assert decision.prune and "worse than the 75% mark 3.3 of 5 finished runs" in decision.line
+    early = median_rule([(0, 9.0), (50, 9.0)], finished, "min", **WATCH_RULE)  # before 20% of 500
+    assert not early.prune and "before 20%" in early.reason
