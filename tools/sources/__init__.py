@@ -1,6 +1,9 @@
-"""Where metric values come from: text logs (read backwards in blocks), JSON lines, TensorBoard.
+"""Where metric values come from: text logs (read backwards in blocks), JSON lines, TensorBoard,
+W&B run folders and MLflow file stores.
 
 Each reader hands back `Sample`s; `metrics.py` decides which ones answer the question asked.
+A campaign's `metric_source:` is read through `read_metric` and checked by `validate_source`
+(both in `reading.py`, importable from here too).
 """
 
 from __future__ import annotations
@@ -41,3 +44,15 @@ def literal_needle(metric: str) -> re.Pattern[str]:
     """For formats that print a metric's name as is: its last `/` part, in any case
     (`accuracy` finds `validation/accuracy` too)."""
     return re.compile(re.escape(metric.rsplit("/", 1)[-1]), re.IGNORECASE)
+
+
+_READING = ("Reading", "read_metric", "validate_source", "follow")
+
+
+def __getattr__(name: str):
+    # Loaded on first use: `ars metric extract` and the per-run commands never pay for it.
+    if name in _READING:
+        from autoresearch_skills.sources import reading
+
+        return getattr(reading, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
