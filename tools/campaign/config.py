@@ -202,7 +202,7 @@ SCHEMA: dict[str, Key] = {k.name: k for k in [
     Key("frozen", paths(), [], "files no experiment may change (the evaluation)"),
     Key("mutable", paths(), [], "the only files experiments may change"),
     Key("watch", mapping(), {}, "anomaly checks while a run goes (see `ars watch --help`)"),
-    Key("prune", choice("off", "median", "forecast", "both"), "off", "early stopping: off, median, forecast or both"),
+    Key("prune", Kind(lambda v: v in ("off", "median", "forecast", "both") or isinstance(v, bool), "one of off, median, forecast, both"), None, "early stopping: off, median, forecast or both (default: median for runs over 10 min, else off)"),
     Key("metric_source", mapping(), None, "where the metric comes from when not the run log (jsonl, tensorboard, ...)"),
     Key("first_step_timeout", duration(), None, "cancel a run that has not logged its first step in this long"),
     Key("throughput_key", text(), None, "the log key for steps or tokens per second"),

@@ -111,6 +111,10 @@ def _wrap_up_if_over(campaign: Campaign) -> None:
             click.echo(line)
 
 
+def _watchers(campaign: Campaign) -> scheduler.Watchers:
+    return scheduler.Watchers(campaign, say=lambda line: click.echo(f"watch: {line}", err=True))
+
+
 def _progress(campaign: Campaign):
     def show(launched: list[dict]) -> None:
         for facts in (in_flight_facts(e) for e in launched):
@@ -151,7 +155,11 @@ def run_and_report(campaign: Campaign, ref: str | None, timeout, force: bool, de
             click.echo(campaign.verdict().line)
         return
     ended = scheduler.wait(
-        campaign, {key}, progress=None if as_json else _progress(campaign), reporting={key}
+        campaign,
+        {key},
+        progress=None if as_json else _progress(campaign),
+        reporting={key},
+        watchers=_watchers(campaign),
     )
     mine = [e for e in ended if e.key == key]
     if not mine:
@@ -395,7 +403,13 @@ def wait_cmd(slug, seconds, ref, as_json) -> None:
         raise SystemExit(1)
     if not experiment.launched(settled_state(campaign)):
         raise BadInput("nothing is running or queued: launch one with `ars exp run SLUG --detach`")
-    ended = scheduler.wait(campaign, keys, seconds=limit, progress=None if as_json else _progress(campaign))
+    ended = scheduler.wait(
+        campaign,
+        keys,
+        seconds=limit,
+        progress=None if as_json else _progress(campaign),
+        watchers=_watchers(campaign),
+    )
     mine = [e for e in ended if keys is None or e.key in keys]
     if mine:
         _report(campaign, ended, as_json)

@@ -665,6 +665,17 @@ def cancel(campaign: Campaign, key: str, status: str = "cancelled", reason: str 
         return run_state
 
 
+def note_warning(campaign: Campaign, key: str, text: str) -> None:
+    """A watcher's warning (a killed worker, a full disk ...): kept for the run's row."""
+    with campaign.lock():
+        state = settled_state(campaign)
+        record = experiments(state).get(key)
+        if record is None or text in record.get("warnings", []):
+            return
+        record["warnings"] = [*record.get("warnings", []), text]
+        campaign.save_state(state)
+
+
 # ---------------------------------------------------------------- judging and recording
 
 
@@ -675,13 +686,13 @@ def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
 
     s = campaign.settings
     log_path = experiment["run"]["log_path"]
-    samples = _safe_extract(metrics, log_path, s.preset, s.metric)
+    value, missing = _read_metric(campaign, experiment, log_path)
     memory = _safe_extract(metrics, log_path, s.preset, "peak_vram_mb")
     # A run reaped later than it ended (detached, or adopted after a crash) keeps its own end time.
     ended_at = Run(**experiment["run"]).reload().ended_at or now_iso()
     elapsed = (parse_iso(ended_at) - parse_iso(experiment["started_at"])).total_seconds()
     result = {
-        "metric_value": samples[-1].value if samples else None,
+        "metric_value": value,
         "memory_gb": round(memory[-1].value / 1024, 1) if memory else 0.0,
         "exit_code": run_state.exit_code,
         "state": run_state.name,
@@ -702,7 +713,7 @@ def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
     elif run_state.exit_code not in (0, None):
         status, reason = "crash", f"exit code {run_state.exit_code}{_last_error(log_path)}"
     elif result["metric_value"] is None:
-        status, reason = "crash", f"no {s.metric} in the log{_last_error(log_path)}"
+        status, reason = "crash", f"{missing}{_last_error(log_path)}"
     else:
         best = ledger.best(campaign.rows(), s.direction)
         value = result["metric_value"]
@@ -719,6 +730,7 @@ def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
             )
     result.update(status=status, reason=reason)
     result.update(_pace(campaign, experiment, log_path))
+    result["flags"] = [*result["flags"], *experiment.get("warnings", [])]
     return result
 
 
@@ -765,6 +777,36 @@ def _pace(campaign: Campaign, experiment: dict, log_path: str) -> dict:
                 f"not comparable: {label} {mine:g} vs {theirs:g} for its parent #{parent.index} ({drift:+.0%})"
             )
     return pace
+
+
+def _read_metric(campaign: Campaign, experiment: dict, log_path: str) -> tuple[float | None, str]:
+    """The run's metric and, when there is none, why: from the log with the preset, or from the
+    campaign's `metric_source:` (JSONL, TensorBoard, W&B offline, MLflow; last, best or mean-last-N)."""
+    from autoresearch_skills import metrics
+
+    s = campaign.settings
+    if not s.metric_source:
+        samples = _safe_extract(metrics, log_path, s.preset, s.metric)
+        return (samples[-1].value if samples else None), f"no {s.metric} in the log"
+    from autoresearch_skills.sources.reading import read_metric
+
+    overrides = experiment.get("overrides") or {}
+    workdir = (
+        Path(experiment["workdir"]) / overrides["cwd"]
+        if overrides.get("cwd")
+        else Path(experiment["workdir"])
+    )
+    started = parse_iso(experiment["started_at"]).timestamp()
+    try:
+        reading = read_metric(
+            s.metric_source, workdir=workdir, log_path=Path(log_path), metric=s.metric, preset=s.preset,
+            direction=s.direction, started_at=started,
+        )  # fmt: skip
+    except (BadInput, OSError) as err:
+        return None, f"no {s.metric} from the metric source: {err}"
+    if not reading.found:
+        return None, f"no {s.metric} from {reading.source}: {reading.missing}"
+    return reading.value, ""
 
 
 def _safe_extract(metrics, log_path: str, preset: str, name: str) -> list:

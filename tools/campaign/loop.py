@@ -164,6 +164,7 @@ class Loop:
         self.latest: dict[str, str] = {}
         self.last_metric_read = 0.0
         self.paused_said = False
+        self.watchers = scheduler.Watchers(campaign, say=lambda line: self.out.event("watch", line))
 
     def run(self) -> int:
         s = self.campaign.settings
@@ -171,6 +172,7 @@ class Loop:
             "campaign",
             f"campaign: {s.name} ({s.metric}, {s.direction}) in {self.campaign.folder}; {self.pool.describe()}",
         )
+        self.out.event("watch", s.watch_policy().describe())
         self.resume_in_flight()
         if (
             not self.campaign.rows()
@@ -389,7 +391,7 @@ class Loop:
     def wait_for(self, keys: set[str] | None) -> None:
         """Wait until a run ends (one of `keys`, or any), reporting each end and, on a terminal,
         one live status line; on an interrupt with `--on-interrupt cancel`, cancel what runs."""
-        ended = scheduler.wait(self.campaign, keys, seconds=None, on_poll=self.poll)
+        ended = scheduler.wait(self.campaign, keys, seconds=None, on_poll=self.poll, watchers=self.watchers)
         for item in ended:
             self.report_end(item)
 

@@ -17,13 +17,66 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from autoresearch_skills.campaign import experiment
 from autoresearch_skills.campaign.store import Campaign
+from autoresearch_skills.clock import now as now_dt
+from autoresearch_skills.clock import parse_iso
 
 REPORTED_KEEP = 100  # unreported row indexes remembered for `ars exp wait`
-SINGLE_STEP = 2.0  # seconds to block on the only live run between ticks (it wakes on the end anyway)
+WATCH_STEP = 1.0  # seconds to block on the only live run between watcher polls (it wakes on the end)
 MANY_STEP = 0.25  # ... on one of several: another one's end is noticed within this
+
+
+class Watchers:
+    """One run watcher per running experiment of this process (anomalies, stalls, first step,
+    early stopping: runwatch.py), polled between ticks. A condemned run is cancelled at once with
+    the watcher's status and reason; a warning is kept for its row. Whoever waits, watches: the
+    loop, `ars exp run` and `ars exp wait` all poll them."""
+
+    def __init__(self, campaign: Campaign, say: Callable[[str], None] | None = None):
+        self.campaign = campaign
+        self.say = say or (lambda line: None)
+        self.watchers: dict[str, object] = {}  # run_id -> RunWatcher
+        self.policy = None
+
+    def poll(self, running: list[dict]) -> None:
+        from autoresearch_skills.runwatch import RunWatcher
+
+        s = self.campaign.settings
+        if self.policy is None:
+            self.policy = s.watch_policy()
+        now = time.monotonic()
+        live = {r["run"]["run_id"] for r in running}
+        for run_id in [k for k in self.watchers if k not in live]:
+            self.watchers.pop(run_id).finish()
+        for record in running:
+            run = record["run"]
+            watcher = self.watchers.get(run["run_id"])
+            if watcher is None:
+                elapsed = (now_dt() - parse_iso(record["started_at"])).total_seconds()
+                overrides = record.get("overrides") or {}
+                workdir = (
+                    Path(record["workdir"]) / overrides["cwd"]
+                    if overrides.get("cwd")
+                    else Path(record["workdir"])
+                )
+                watcher = RunWatcher(
+                    run["log_path"], self.policy, s.metric, s.direction, s.preset, s.metric_source,
+                    self.campaign.rows, now - max(0.0, elapsed), workdir=workdir,
+                    started_at=time.time() - max(0.0, elapsed),
+                )  # fmt: skip
+                self.watchers[run["run_id"]] = watcher
+            verdict = watcher.poll(now)
+            if verdict is None:
+                continue
+            if verdict.action == "cancel":
+                self.say(f"{record['key']}: {verdict.status} [{verdict.reason}]: stopping it")
+                experiment.cancel(self.campaign, record["key"], status=verdict.status, reason=verdict.reason)
+            else:
+                self.say(f"{record['key']}: warning: {verdict.reason}")
+                experiment.note_warning(self.campaign, record["key"], verdict.reason)
 
 
 @dataclass
@@ -71,13 +124,16 @@ def wait(
     progress_every: float = 30.0,
     on_poll: Callable[[list[dict]], None] | None = None,
     reporting: set[str] | None = None,
+    watchers: Watchers | None = None,
 ) -> list[Ended]:
     """Tick until a run in `keys` (any run when None) has ended, `seconds` have passed, or
     nothing is launched any more. Returns every attempt that ended meanwhile (also others').
-    `reporting`: whose rows the caller shows (None: all); see `tick`.
+    `reporting`: whose rows the caller shows (None: all); see `tick`. `watchers`: the run
+    watchers to poll (default: a fresh set for this wait).
     `on_poll` sees the running experiments after each tick (the run watcher cancels from there)."""
     from autoresearch_skills.launch.base import Run
 
+    watchers = watchers or Watchers(campaign)
     end = None if seconds is None else time.monotonic() + seconds
     next_progress = time.monotonic() + progress_every
     ended: list[Ended] = []
@@ -92,6 +148,8 @@ def wait(
         waiting = [e for e in launched if keys is None or e["key"] in keys]
         if not waiting or not any(e.get("phase") in ("running", "queued") for e in launched):
             return ended
+        if running:
+            watchers.poll(running)
         if on_poll and running:
             on_poll(running)
         left = None if end is None else end - time.monotonic()
@@ -100,9 +158,7 @@ def wait(
         if progress and time.monotonic() >= next_progress:
             progress(launched)
             next_progress = time.monotonic() + progress_every
-        step = SINGLE_STEP if len(running) == 1 and not on_poll else MANY_STEP
-        if on_poll:
-            step = min(step, 1.0)
+        step = WATCH_STEP if len(running) == 1 else MANY_STEP
         step = step if left is None else min(step, left)
         target = next(
             (e for e in running if keys is None or e["key"] in keys), running[0] if running else None
