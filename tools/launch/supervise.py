@@ -34,6 +34,7 @@ from pathlib import Path
 from autoresearch_skills.clock import format_duration, now_iso
 from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, Run, State
 from autoresearch_skills.launch.proctree import children, kill_tree, start_time
+from autoresearch_skills.launch.tmuxcmd import reap_after_exit
 
 ECHO_EVERY = 0.25  # seconds between copies of new log bytes into the tmux pane
 ECHO_MAX = 1 << 20  # the pane is a view: when it falls further behind, skip ahead (the log has it all)
@@ -72,6 +73,10 @@ class Supervisor:
         # so none is lost between checks and the loop never polls.
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
+        # A mask inherited from whoever started us (a tmux server, a harness) would hold back
+        # SIGCHLD: the command's exit would go unnoticed until the timeout. The command gets
+        # the cleared mask too.
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -227,6 +232,8 @@ class Supervisor:
             )
         elapsed = format_duration(time.monotonic() - self.began)
         self._pane(f"[ars] run ended: {state.name}, status {status}, after {elapsed}\n")
+        if self.echo:  # the pane's process: make sure tmux reaps us (see tmuxcmd.py)
+            reap_after_exit()
         return state.shell_status
 
     # -- output -----------------------------------------------------------------
