@@ -64,7 +64,9 @@ def cli() -> None:
     help="manual: `ars exp mark` writes the row",
 )
 @click.option("--keep-ties", is_flag=True, help="a result equal to the best counts as kept")
-@click.option("--socket", "tmux_socket", help="private tmux server (-L) for the tmux launcher")
+@click.option(
+    "--tmux-socket", "--socket", "tmux_socket", help="private tmux server for the runs (tmux -L NAME)"
+)
 @click.option(
     "--keep-sessions",
     type=click.IntRange(min=0),
@@ -122,7 +124,7 @@ def init_cmd(
     Examples:
       ars campaign init lr-sweep --metric val_bpb --direction min \\
           --stop "24 experiments or 6h total, 10m each" --command "uv run train.py" --launcher tmux \\
-          --frozen prepare.py
+          --tmux-socket lr-sweep --frozen prepare.py
       ars campaign init rl-reward --metric validation/accuracy --direction max \\
           --preset nemo-rl --command "bash run_grpo.sh" --stop "10 experiments"
       ars campaign init gpu-sweep --metric val_bpb --direction min --command "python train.py" \\
