@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -12,7 +13,7 @@ from launch_helpers import TREE_SIZE, ars, ars_json, make_tree, read_pids, survi
 
 from autoresearch_skills.launch import get_launcher, load_run
 from autoresearch_skills.launch.base import RunSpec
-from autoresearch_skills.launch.proctree import alive
+from autoresearch_skills.launch.proctree import alive, snapshot
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -167,3 +168,74 @@ def test_socket_path_works_like_a_name(server, tmp_path):
     run = launcher.start(RunSpec(command=["true"], log_path=tmp_path / "p.log", timeout=30, name="bypath"))
     assert launcher.wait(run, 30).exit_code == 0
     assert "bypath" in server.sessions()
+
+
+def zombies_of(pid: int) -> list[int]:
+    """Children of `pid` that exited and were never reaped (`[python3] <defunct>` in ps)."""
+    return [p.pid for p in snapshot().values() if p.ppid == pid and p.gone]
+
+
+def test_finished_cancelled_and_closed_runs_leave_no_zombie_under_the_server(launcher, server, tmp_path):
+    server("new-session", "-d", "-s", "users-own")  # the server outlives the runs, as a person's does
+    runs = [
+        launcher.start(RunSpec(command=c, log_path=tmp_path / f"{n}.log", timeout=30, grace=0.3, name=n))
+        for n, c in (("ends", "exit 3"), ("left-children", "sleep 30 & exit 0"), ("cancelled", "sleep 30"))
+    ]
+    launcher.cancel(runs[2])
+    assert [launcher.wait(r, 30).name for r in runs] == ["exited", "exited", "cancelled"]
+    assert launcher.close(runs[0])
+    tmux_server = int(server.pane("users-own", "#{pid}"))
+    wait_until(lambda: not zombies_of(tmux_server), timeout=5, what="the tmux server to reap its panes")
+    assert all(not alive(r.reload().extra["pid"]) for r in runs)
+
+
+def test_cancelled_runs_are_reaped_by_the_server_every_time(launcher, server, tmp_path):
+    # tmux (with libutempter) discards a SIGCHLD that arrives while it closes the pane's terminal;
+    # without a nudge the run's supervisor stays `<defunct>` until another child of the server exits.
+    server("new-session", "-d", "-s", "users-own")
+    tmux_server = int(server.pane("users-own", "#{pid}"))
+    for n in range(10):
+        run = launcher.start(
+            RunSpec(command=["sleep", "30"], log_path=tmp_path / f"c{n}.log", timeout=30, grace=0.3, name="c")
+        )
+        assert launcher.cancel(run).name == "cancelled"
+        wait_until(lambda: not zombies_of(tmux_server), timeout=3, what=f"the server to reap run {n}")
+        assert server.pane(run.run_id, "#{pane_dead_status}") == "130"  # reaped, so tmux knows the status
+
+
+MASKED_CALLER = """\
+import signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # as some agent harnesses start tools
+from autoresearch_skills.launch import get_launcher
+from autoresearch_skills.launch.base import RunSpec
+launcher = get_launcher("tmux", socket=sys.argv[1])
+run = launcher.start(RunSpec(command=sys.argv[3], log_path=sys.argv[2], timeout=30, name="masked"))
+print(launcher.wait(run, 30).exit_code)
+"""
+
+
+def test_server_started_by_a_caller_that_blocks_sigchld_still_reaps_ended_runs(server, tmp_path):
+    # tmux's server keeps the signal mask of the process that started it: with SIGCHLD blocked
+    # it never reaps a pane's process, and every ended run stays a defunct python3 under it.
+    log = tmp_path / "m.log"
+    result = subprocess.run(
+        [sys.executable, "-c", MASKED_CALLER, server.name, str(log), "exit 3"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.stdout.strip() == "3", result.stderr
+    tmux_server = int(server.pane("masked", "#{pid}"))
+    wait_until(lambda: server.pane("masked", "#{pane_dead}") == "1", what="the supervisor to exit")
+    wait_until(lambda: not zombies_of(tmux_server), timeout=5, what="the tmux server to reap the supervisor")
+    assert server.pane("masked", "#{pane_dead_status}") == "3"  # tmux saw the exit, so it can show it
+
+
+def test_command_gets_no_blocked_signals_from_a_server_that_blocks_sigchld(server, tmp_path):
+    # A server someone else started with SIGCHLD blocked passes that mask to every pane; the run
+    # must not inherit it (a data loader's SIGCHLD handler would never fire).
+    starter = "import signal, subprocess, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD}); subprocess.run(sys.argv[1:])"  # fmt: skip
+    subprocess.run([sys.executable, "-c", starter, "tmux", "-L", server.name, "new-session", "-d", "-s", "theirs"])  # fmt: skip
+    log = tmp_path / "b.log"
+    result = ars("run", "-l", "tmux", "-L", server.name, "-t", "30s", "--log", str(log), "--", "grep", "SigBlk", "/proc/self/status")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().split() == ["SigBlk:", "0000000000000000"]
+    assert "blocks SIGCHLD" in result.stderr and "private server" in result.stderr

@@ -9,6 +9,12 @@ carries what a waiter needs as user options, so `tmux_wait.py SESSION` works fro
 
     @ars_channel  @ars_exit_file  @ars_run_file  @ars_log
 
+No ended run stays a zombie under the server: the supervisor, as its last act, leaves a helper
+that nudges the server with SIGCHLD until it has been reaped (tmux built with libutempter drops
+a SIGCHLD that arrives while it closes the pane's terminal), and a server we start never
+inherits a blocked SIGCHLD; a server someone else started that blocks it is reported once
+(see tmuxcmd.py).
+
 Socket handling, decided once: `socket` is a `-L` name, or a `-S` path when it contains a `/`;
 none means tmux's default (or the server we run inside). The supervisor records the server's
 exact socket path in the run file, and every later call (status, cancel, signal) uses `-S PATH`.
@@ -30,7 +36,7 @@ from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, Run, RunSpec, State, slug
 from autoresearch_skills.launch.local import SUPERVISOR, LocalLauncher, prepare_run, record
 from autoresearch_skills.launch.runindex import remember
-from autoresearch_skills.launch.tmuxcmd import THEN, Then, Tmux, session_target
+from autoresearch_skills.launch.tmuxcmd import THEN, Then, Tmux, blocks_sigchld, session_target
 
 PANE_SIZE = ("200", "50")  # columns, rows of a detached session: wide enough for log lines
 START_TIMEOUT = 120.0  # seconds for the supervisor in the pane to start the command
@@ -58,6 +64,7 @@ class TmuxLauncher(LocalLauncher):
             _hand_over_environment(run)
             result = self._new_session(run)
             if result.returncode == 0:
+                _warn_if_server_cannot_reap(result.stdout)
                 break
             Path(run.state_path + ENV_FILE_SUFFIX).unlink(missing_ok=True)
             if "duplicate session" not in result.stderr:
@@ -97,6 +104,7 @@ class TmuxLauncher(LocalLauncher):
             "--", sys.executable, "-m", SUPERVISOR, "--echo", run.state_path,
             THEN, "set-option", "-w", "-t", target, "remain-on-exit", "on",
             *chained,
+            THEN, "display-message", "-p", "-t", target, "#{pid}",  # the server, for its signal mask
         )  # fmt: skip
 
     def _wait_until_started(self, run: Run) -> None:
@@ -117,6 +125,24 @@ class TmuxLauncher(LocalLauncher):
             time.sleep(0.01)
         raise RuntimeError(
             f"the run supervisor in tmux session {run.run_id} did not start within {START_TIMEOUT:g}s"
+        )
+
+
+_warned: set[str] = set()
+
+
+def _warn_if_server_cannot_reap(server_pid: str) -> None:
+    """A server that blocks SIGCHLD (inherited from whoever started it) never reaps an ended
+    run's supervisor: each stays `<defunct>` until the server exits. Say so, once per server."""
+    pid = server_pid.strip()
+    if pid.isdigit() and pid not in _warned and blocks_sigchld(int(pid)):
+        _warned.add(pid)
+        print(
+            f"warning: the tmux server (pid {pid}) blocks SIGCHLD, a signal mask it inherited from the"
+            " process that started it, so it never reaps ended runs: they stay <defunct> under it"
+            " until it exits. Put runs on a private server (-L NAME, or --tmux-socket NAME for a"
+            " campaign): ars starts it with no signal blocked.",
+            file=sys.stderr,
         )
 
 
