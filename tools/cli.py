@@ -41,7 +41,7 @@ COMMANDS = {
     "blueprint": ("autoresearch_skills.blueprint:cli", "Experiment blueprints: new, check, status, finish."),
     "memory": ("autoresearch_skills.memory:cli", "Session memory: start, checkpoint, handoff, show, resume."),
     "hook": ("autoresearch_skills.hooks:cli", "Agent hooks: block a stop while the campaign goes on; restate it."),
-    "report": ("autoresearch_skills.report:cli", "Write report.md, report.html and progress.png."),
+    "report": ("autoresearch_skills.report:cli", "Write report.md, report.html and the charts."),
     "profile": (
         "autoresearch_skills.reward.cli:cli",
         "NeMo Gym-compatible reward profiles, pass@k, compare.",
