@@ -15,6 +15,7 @@ import pytest
 
 from autoresearch_skills.blueprint import (
     Attempt,
+    check_all,
     diagnose,
     end_attempt,
     launch_environment,
@@ -24,6 +25,7 @@ from autoresearch_skills.blueprint import (
     read_trial_log,
     session_name,
     start_attempt,
+    validation_file,
     write_finish_flag,
     write_results,
 )
@@ -309,6 +311,14 @@ def test_result_dir_holding_an_old_finish_flag_is_reported(project):
     code, lines = problems_of(path, project.parent)
     assert code == 2
     assert any("already holds finish.flag" in line and "fresh result dir" in line for line in lines)
+    assert check_all([parse(path)], finished_ok=True) == []  # a swarm skips what is over
+
+
+def test_a_relative_validation_file_is_where_the_run_ran(project, tmp_path):
+    bp = parse(new_blueprint(project))
+    assert validation_file(bp) == project / "auto_agent/exp_results/math_topk50/val_results.md"
+    worktree = tmp_path / "wt-1" / "project"
+    assert validation_file(bp, worktree) == worktree / "auto_agent/exp_results/math_topk50/val_results.md"
 
 
 def test_agentjet_settings_people_get_wrong_are_flagged_with_the_fix(project):
@@ -497,6 +507,26 @@ def test_trial_log_records_start_and_end_of_each_attempt(tmp_path):
     assert (second.verdict, second.exit_status, second.running) == ("ok", 0, False)
 
 
+def test_a_suggested_fix_is_not_a_fix_and_a_handwritten_fix_keeps_the_next_heading_apart(tmp_path):
+    folder = tmp_path / "results"
+    start_attempt(folder, Attempt(1, session="ajet_m", other={"branch": "autoresearch/x/m", "commit": "abc"}))
+    end_attempt(folder, 1, verdict="failed", exit_status=1, suggestion="halve the micro-batch")
+    with open(folder / "trial_log.md", "a") as handle:  # the agent's fix, appended by hand
+        handle.write("- fix: ppo_micro_batch_size_per_gpu 8 -> 4")
+    start_attempt(folder, Attempt(2, session="ajet_m_try2"))
+    text = (folder / "trial_log.md").read_text()
+    assert "- branch: autoresearch/x/m\n- commit: abc\n" in text
+    assert "- fix: ppo_micro_batch_size_per_gpu 8 -> 4\n\n## Attempt 2\n" in text
+    first, second = read_trial_log(folder)
+    assert first.fix == "ppo_micro_batch_size_per_gpu 8 -> 4"
+    assert first.other == {
+        "branch": "autoresearch/x/m",
+        "commit": "abc",
+        "suggested fix": "halve the micro-batch",
+    }
+    assert (second.number, second.running) == (2, True)
+
+
 def test_diagnose_names_the_catalogue_kind(tmp_path):
     diagnosis, fix = diagnose(LOGS / "karpathy_oom.log")
     assert diagnosis.startswith("cuda_oom line ")
@@ -630,6 +660,27 @@ def test_status_reads_each_blueprints_result_dir(project):
     assert running["state"] == "running" and running["devices"] == "0,1" and running["elapsed_s"] > 3600
 
 
+def test_status_of_a_swarm_blueprint_comes_from_its_record_and_unrecorded_rows(project):
+    from autoresearch_skills.blueprint import blueprint_status
+    from autoresearch_skills.ledger import Row
+
+    bp = parse(new_blueprint(project))
+    queued = blueprint_status(bp, [], in_flight={"phase": "queued"})
+    assert queued.line() == "math_topk50: queued (needs 4 GPUs)"
+    record = {
+        "phase": "running", "started_at": "2020-01-01T00:00:00+00:00", "devices": [4, 5, 6, 7],
+        "run": {"run_id": "ajet_math_topk50_try2"}, "blueprint": {"attempt": 2},
+    }  # fmt: skip
+    running = blueprint_status(bp, [], in_flight=record)
+    assert running.line().startswith("math_topk50: running attempt 2 on GPUs 4,5,6,7 for ")
+    log = bp.result_dir / "003-math-topk50.log"
+    start_attempt(bp.result_dir, Attempt(1, session="ajet_math_topk50", log=str(log)))
+    row = Row(index=3, status="crash", log_path=str(log))  # reaped by `ars exp wait`, not yet recorded
+    ended = blueprint_status(bp, [row])
+    assert ended.state == "between_attempts" and ended.status == "row #3 crash"
+    assert "the next `ars blueprint run` records it" in ended.line()
+
+
 def test_status_takes_the_figure_from_the_ledger_when_the_flag_has_none(project):
     from autoresearch_skills import ledger
 
@@ -667,10 +718,14 @@ def test_blueprint_script_runs_from_a_checkout_without_the_package(tmp_path):
     assert "[exp_codebase_dir] the code path is not filled in" in done.stderr
 
 
-def test_run_is_not_yet_part_of_this_version(tmp_path):
-    done = ars("blueprint", "run", "x.md", "--gpus", "0-7", cwd=tmp_path)
+def test_run_without_blueprints_says_what_to_give(tmp_path):
+    done = ars("blueprint", "run", cwd=tmp_path)
     assert done.returncode == 2
-    assert "ars run --launcher tmux" in done.stderr
+    assert done.stderr.strip() == (
+        "Error: give blueprint files or their folder (or --name SWARM to follow a swarm)"
+    )
+    missing = ars("blueprint", "run", "x.md", "--gpus", "0-7", cwd=tmp_path)
+    assert missing.returncode == 2 and "x.md does not exist" in missing.stderr
 
 
 def test_finish_writes_results_then_the_flag_and_refuses_twice(project):

@@ -282,8 +282,9 @@ def check_cmd(files: tuple[Path, ...], as_json: bool) -> None:
 def status_cmd(paths: tuple[Path, ...], ledger: Path | None, as_json: bool) -> None:
     """One line per blueprint: queued, running (attempt, GPUs, elapsed, session), between attempts
     (the last verdict and diagnosis), or finished (final status and headline figure). Read from each
-    blueprint's result dir and, when there is one, the campaign ledger. DIR defaults to blueprints/
-    (or the current folder when there is none).
+    blueprint's result dir and the campaign ledger: --ledger, results.tsv in DIR or here, else the
+    ledger and runs in flight of the swarm `ars blueprint run` made for them. DIR defaults to
+    blueprints/ (or the current folder when there is none). Reads only; writes nothing.
 
     \b
     Examples:
@@ -294,20 +295,36 @@ def status_cmd(paths: tuple[Path, ...], ledger: Path | None, as_json: bool) -> N
     if not paths:
         paths = (Path("blueprints") if Path("blueprints").is_dir() else Path("."),)
     files = find_blueprints(list(paths))
+    parsed: dict[Path, Blueprint | BadInput] = {}
+    for path in files:
+        try:
+            parsed[path] = parse(path)
+        except BadInput as err:
+            parsed[path] = err
+    state: dict = {}
     if ledger is None:
         candidates = [p / "results.tsv" for p in paths if p.is_dir()] + [Path("results.tsv")]
         ledger = next((c for c in candidates if c.is_file()), None)
+    if ledger is None:  # blueprints run by `ars blueprint run`: their swarm's ledger and runs in flight
+        from autoresearch_skills import swarm
+
+        found = swarm.locate([bp for bp in parsed.values() if isinstance(bp, Blueprint)])
+        if found is not None:
+            ledger, state = found.ledger, found.load_state()
     rows = []
-    if ledger is not None:
+    if ledger is not None and Path(ledger).is_file():
         from autoresearch_skills import ledger as ledger_module
 
         rows = ledger_module.read(ledger)
+    from autoresearch_skills import gitflow
+
+    in_flight = {e.get("slug"): e for e in (state.get("experiments") or {}).values()}
     statuses = []
-    for path in files:
-        try:
-            statuses.append(blueprint_status(parse(path), rows))
-        except BadInput as err:
-            statuses.append(Status(str(path), "", "invalid", detail=err.message))
+    for path, bp in parsed.items():
+        if isinstance(bp, BadInput):
+            statuses.append(Status(str(path), "", "invalid", detail=bp.message))
+        else:
+            statuses.append(blueprint_status(bp, rows, in_flight=in_flight.get(gitflow.slugify(bp.slug))))
     if as_json:
         click.echo(json.dumps([asdict(s) for s in statuses], indent=2))
         return
@@ -373,24 +390,91 @@ def finish_cmd(file: Path, final: str, note: str, preset: str, metrics, validati
 
 
 @cli.command("run")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--gpus", default=None, help="the GPU pool to share out, e.g. 0-7 or 0,1,2,3")
-@click.option("--parallel", type=int, default=None, help="at most this many blueprints at once")
-@click.option("--json", "as_json", is_flag=True, help="print the sessions as JSON")
-def run_cmd(files, gpus, parallel, as_json) -> None:
-    """Run blueprints on a GPU pool, each in its own tmux session (names contain `ajet` and the
-    blueprint's name; the command prints them). Not part of this version: launch each blueprint with
-    `ars run --launcher tmux` as the blueprint-swarm skill shows.
+@click.argument("files", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--gpus", default=None, help="the GPU pool, e.g. 0-7 or 0,1,2,3 [the swarm's; new: all GPUs listed]"
+)
+@click.option(
+    "--parallel", type=int, default=None, help="at most this many blueprints at once [as many as fit]"
+)
+@click.option("--socket", default=None, help="tmux socket name (tmux -L) for the sessions [tmux's default]")
+@click.option("--name", default=None, help="the swarm's name [the blueprints' folder name]")
+@click.option("--for", "for_", default=None, help="follow this long, then return with runs going (e.g. 9m)")
+@click.option("--detach", is_flag=True, help="start what can start, then return at once")
+@click.option("--final", is_flag=True, help="last attempt: a failure writes finish.flag with it")
+@click.option("--retry", is_flag=True, help="relaunch failed blueprints also without a recorded fix")
+@click.option(
+    "--max-attempts", type=click.IntRange(1), default=None, help="failed attempts before finish.flag [3]"
+)
+@click.option("--metric", default=None, help="the figure each ledger row records [actor/kl_loss]")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object at the end")
+def run_cmd(
+    files, gpus, parallel, socket, name, for_, detach, final, retry, max_attempts, metric, as_json
+) -> None:
+    """Run blueprints as a swarm on a GPU pool: check them all (exit 2, nothing started, on any
+    problem), then give each one that is not over its next attempt, on GPUs of its own
+    (CUDA_VISIBLE_DEVICES) or queued until they free up, in tmux session ajet_<name> (a retry:
+    ajet_<name>_try<n>), on branch <prefix>/<name> in a worktree, stopped at its max time and when
+    no first-step line (actor/kl_loss:) came within its first-step timeout. One line per start
+    (session, GPUs, log) and per end. A blueprint that ends ok (or at its max time) gets
+    results.md, then finish.flag; a failed one waits for you: write `- fix: ...` under its attempt
+    in trial_log.md and run this again (the next attempt runs your checkout as it is then), or pass
+    --final to end it with the failure. After --max-attempts failures finish.flag records it.
+
+    It follows the swarm until nothing is in flight (--for: at most that long; --detach: not at
+    all). Run it again any time, also after it was killed: it adopts the runs still going and
+    records the ones that ended; nothing starts twice. The swarm is a campaign
+    (reports/auto_research/<name>/ in the codebases' repository): `ars exp wait --campaign NAME`
+    and `ars campaign status NAME` work on it. Exit 0: no blueprint waits for a fix; 1: one does;
+    2: bad input.
 
     \b
     Examples:
-      ars blueprint check blueprints/*.md
-      ars blueprint run blueprints/*.md --gpus 0-7 --parallel 2
+      ars blueprint run blueprints/ --gpus 0-7
+      ars blueprint run blueprints/*.md --gpus 0-7 --parallel 2 --for 9m
+      ars blueprint run blueprints/math_topk50.md --final
+      ars blueprint run --name blueprints --for 9m
     """
-    raise BadInput(
-        "`ars blueprint run` is not part of this version: check the blueprints with `ars blueprint check`, "
-        "then launch each with `ars run --launcher tmux` (see the blueprint-swarm skill)"
-    )
+    from autoresearch_skills import swarm
+    from autoresearch_skills.clock import parse_duration
+
+    seconds = None
+    if for_:
+        try:
+            seconds = parse_duration(for_)
+        except ValueError:
+            raise BadInput(f"--for {for_!r} is not a duration: write it as 9m, 30s or 1h") from None
+    if not files and not name:
+        raise BadInput("give blueprint files or their folder (or --name SWARM to follow a swarm)")
+    opts = swarm.Options(
+        gpus=gpus, parallel=parallel, socket=socket, name=name, final=final, retry=retry,
+        max_attempts=max_attempts, metric=metric, seconds=seconds, detach=detach,
+    )  # fmt: skip
+    say = (lambda line: None) if as_json else click.echo
+    try:
+        report = swarm.run(list(files), opts, say) if files else swarm.resume(name, opts, say)
+    except swarm.ProblemsFound as err:
+        for problem in err.problems:
+            click.echo(str(problem), err=True)
+        click.echo(f"problems: {len(err.problems)}; nothing was started (fix them, then run again)")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the runs go on in tmux; run the same command again to follow them", err=True)
+        sys.exit(130)
+    if as_json:
+        click.echo(json.dumps({**report.to_dict(), "exit_code": report.exit_code}, indent=2))
+    else:
+        click.echo(report.summary())
+        if report.in_flight:
+            again = " ".join(shlex.quote(str(f)) for f in files) or f"--name {report.campaign}"
+            click.echo(
+                f"still in flight: {', '.join(report.in_flight)}; follow with `ars blueprint run {again} --for 9m`"
+            )
+        elif report.over:
+            click.echo(
+                f"over: every blueprint has finish.flag; read each results.md (ledger {report.ledger})"
+            )
+    sys.exit(report.exit_code)
 
 
 def main() -> None:

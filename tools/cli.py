@@ -38,7 +38,7 @@ COMMANDS = {
         "Watch a run: status blocks on a backoff schedule, anomalies.",
     ),
     "prune": ("autoresearch_skills.prune:cli", "Early stopping: stop a run its curve says will lose."),
-    "blueprint": ("autoresearch_skills.blueprint:cli", "Experiment blueprints: new, check, status, finish."),
+    "blueprint": ("autoresearch_skills.blueprint:cli", "Experiment blueprints: new, check, run (a GPU swarm), status, finish."),
     "memory": ("autoresearch_skills.memory:cli", "Session memory: start, checkpoint, handoff, show, resume."),
     "hook": ("autoresearch_skills.hooks:cli", "Agent hooks: block a stop while the campaign goes on; restate it."),
     "report": ("autoresearch_skills.report:cli", "Write report.md, report.html and the charts."),

@@ -27,9 +27,10 @@ from autoresearch_skills.clock import format_duration
 # ---------------------------------------------------------------- check
 
 
-def check(bp: Blueprint) -> list[Problem]:
+def check(bp: Blueprint, finished_ok: bool = False) -> list[Problem]:
     """Everything wrong with one blueprint: what parsing found, then the paths, the python, the
-    YAML and the AgentJet/verl settings people get wrong. Empty: sound."""
+    YAML and the AgentJet/verl settings people get wrong. Empty: sound. `finished_ok`: a result dir
+    holding finish.flag is not a problem (a swarm skips blueprints that are over)."""
     problems = list(bp.issues)
     shown = str(bp.path)
 
@@ -45,7 +46,7 @@ def check(bp: Blueprint) -> list[Problem]:
     if bp.yaml is not None:
         doc = _check_yaml(shown, bp.yaml, problems)
     if bp.result_dir is not None:
-        problems += _check_result_dir(shown, bp.result_dir)
+        problems += _check_result_dir(shown, bp.result_dir, finished_ok)
     if bp.command and bp.yaml is not None:
         named = re.search(r"--(?:conf|config|config-name|config_name|cfg)\b", bp.command)
         if named and bp.yaml.name not in bp.command and bp.yaml.stem not in bp.command:
@@ -59,10 +60,10 @@ def check(bp: Blueprint) -> list[Problem]:
     return problems
 
 
-def check_all(blueprints: Sequence[Blueprint]) -> list[Problem]:
+def check_all(blueprints: Sequence[Blueprint], finished_ok: bool = False) -> list[Problem]:
     """`check` of each, plus what only shows across them: two blueprints sharing a result dir or a
     name (their documents and tmux sessions would collide)."""
-    problems = [p for bp in blueprints for p in check(bp)]
+    problems = [p for bp in blueprints for p in check(bp, finished_ok)]
     by_dir: dict[Path, Blueprint] = {}
     by_slug: dict[str, Blueprint] = {}
     for bp in blueprints:
@@ -146,11 +147,11 @@ def _check_yaml(shown: str, path: Path, problems: list[Problem]):
     return doc or {}
 
 
-def _check_result_dir(shown: str, result_dir: Path) -> list[Problem]:
+def _check_result_dir(shown: str, result_dir: Path, finished_ok: bool = False) -> list[Problem]:
     section = "exp_result_dir"
     if result_dir.exists() and not result_dir.is_dir():
         return [Problem(shown, section, f"{result_dir} is a file", "give a folder")]
-    if (result_dir / FINISH_FLAG).exists():
+    if (result_dir / FINISH_FLAG).exists() and not finished_ok:
         return [
             Problem(
                 shown,
@@ -331,9 +332,11 @@ def _check_settings(bp: Blueprint, doc: dict | None) -> list[Problem]:
     return problems
 
 
-def validation_file(bp: Blueprint) -> Path | None:
+def validation_file(bp: Blueprint, ran_in: Path | None = None) -> Path | None:
     """Where the run writes its validation figures: AgentJet's val_print_to_markdown_file_path (relative
-    to the codebase), else `val_results.md` in the result dir when it exists."""
+    to the folder the run ran in: `ran_in`, default the codebase), else `val_results.md` in the result
+    dir when it exists. A swarm runs each blueprint in a worktree, so it passes the worktree's copy of
+    the codebase."""
     doc = None
     if bp.yaml is not None and bp.yaml.is_file():
         import yaml
@@ -345,8 +348,9 @@ def validation_file(bp: Blueprint) -> Path | None:
         found, value, _ = settings.get(f"{prefix}.trainer_common.val_print_to_markdown_file_path")
         if found and value:
             path = Path(str(value)).expanduser()
-            if not path.is_absolute() and bp.codebase is not None:
-                path = bp.codebase / path
+            base = ran_in or bp.codebase
+            if not path.is_absolute() and base is not None:
+                path = base / path
             return path
     if bp.result_dir is not None and (bp.result_dir / "val_results.md").exists():
         return bp.result_dir / "val_results.md"

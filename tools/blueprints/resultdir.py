@@ -99,9 +99,13 @@ def _append(path: Path, text: str, header: str = "") -> None:
             text = header + text
         else:
             with open(path, "rb") as handle:  # keep a hand-edited file's last line whole
-                handle.seek(size - 1)
-                if handle.read(1) != b"\n":
-                    text = "\n" + text
+                handle.seek(max(0, size - 2))
+                end = handle.read(2)
+            heading = text.startswith("#")  # after a hand-written `- fix:` line: keep a blank line
+            if not end.endswith(b"\n"):
+                text = "\n" + text
+            if heading and not end.endswith(b"\n\n"):
+                text = "\n" + text
         data = text.encode("utf-8")
         while data:
             data = data[os.write(fd, data) :]
@@ -116,7 +120,8 @@ def _bullet(key: str, value: str) -> str:
 
 
 def start_attempt(result_dir: str | Path, attempt: Attempt, title: str = "") -> Path:
-    """Append attempt n's heading and start lines to trial_log.md (created with a title if new)."""
+    """Append attempt n's heading and start lines to trial_log.md (created with a title if new);
+    `attempt.other` adds bullets of its own (`branch:`, `commit:`) after the standard ones."""
     path = Path(result_dir) / TRIAL_LOG
     lines = [f"## Attempt {attempt.number}", _bullet("started", attempt.started_at or now_iso())]
     for key, value in (("session", attempt.session), ("gpus", attempt.devices), ("log", attempt.log)):
@@ -124,6 +129,7 @@ def start_attempt(result_dir: str | Path, attempt: Attempt, title: str = "") -> 
             lines.append(_bullet(key, value))
     if attempt.command:
         lines.append(_bullet("command", attempt.command))
+    lines += [_bullet(key, value) for key, value in attempt.other.items() if value]
     header = f"# Trial log: {title or Path(result_dir).name}\n\n"
     _append(path, "\n".join(lines) + "\n\n", header)
     return path
@@ -137,11 +143,14 @@ def end_attempt(
     exit_status: int | None = None,
     diagnosis: str = "",
     fix: str = "",
+    suggestion: str = "",
     ended_at: str = "",
 ) -> Path:
     """Append attempt n's end lines: when, exit status, verdict, diagnosis and the fix tried next.
-    They follow the attempt's own heading; a repeated heading keeps them attributed when another
-    section was appended in between (a note written by hand)."""
+    `suggestion` is the anomaly catalogue's advice (`- suggested fix:`): a hint, not a fix made,
+    so it never counts as the `- fix:` a relaunch waits for. They follow the attempt's own heading;
+    a repeated heading keeps them attributed when another section was appended in between (a note
+    written by hand)."""
     path = Path(result_dir) / TRIAL_LOG
     lines = []
     heading = _ATTEMPT_HEADING.match(_last_heading(path))
@@ -152,6 +161,8 @@ def end_attempt(
     lines.append(_bullet("verdict", verdict))
     if diagnosis:
         lines.append(_bullet("diagnosis", diagnosis))
+    if suggestion:
+        lines.append(_bullet("suggested fix", suggestion))
     if fix:
         lines.append(_bullet("fix", fix))
     text = "\n".join(lines) + "\n\n"
@@ -480,9 +491,14 @@ class Status:
         return f"{name}: finished {self.status or 'unknown'}{figure}{count}"
 
 
-def blueprint_status(bp: Blueprint, ledger_rows: Sequence | None = None) -> Status:
-    """Where one blueprint stands, from its result dir (finish.flag, trial_log.md, results.md) and
-    the ledger rows whose log lies in that dir."""
+def blueprint_status(
+    bp: Blueprint, ledger_rows: Sequence | None = None, in_flight: dict | None = None
+) -> Status:
+    """Where one blueprint stands, from its result dir (finish.flag, trial_log.md, results.md), the
+    ledger rows whose log lies in that dir and, in a swarm, its experiment in flight (`in_flight`,
+    the record in the campaign's state.json): queued for GPUs, or running before its start lines
+    reached the trial log. A row the trial log does not know yet (reaped by `ars exp wait`) shows
+    as an ended attempt whose documents the next `ars blueprint run` writes."""
     status = Status(str(bp.path), bp.slug, "queued", gpus=bp.gpus)
     if bp.result_dir is None:
         return Status(str(bp.path), bp.slug, "invalid", detail="[exp_result_dir] is not set")
@@ -503,9 +519,31 @@ def blueprint_status(bp: Blueprint, ledger_rows: Sequence | None = None) -> Stat
         with contextlib.suppress(ValueError):
             status.attempts = max(status.attempts, int(values.get("attempts", "0")))
         return status
-    if not attempts:
+    phase = (in_flight or {}).get("phase")
+    if phase in ("opening", "open", "queued"):
         return status
-    latest = attempts[-1]
+    if phase == "running":
+        run = in_flight.get("run") or {}
+        status.state = "running"
+        status.attempts = max(status.attempts, int((in_flight.get("blueprint") or {}).get("attempt") or 0))
+        status.session, status.started_at = run.get("run_id", ""), in_flight.get("started_at", "")
+        status.devices = ",".join(str(d) for d in in_flight.get("devices") or ())
+        with contextlib.suppress(ValueError, TypeError):
+            status.elapsed_s = max(0.0, (now() - parse_iso(status.started_at)).total_seconds())
+        return status
+    latest = attempts[-1] if attempts else None
+    if latest is not None and latest.running and latest.log:
+        unrecorded = [r for r in rows if Path(r.log_path).name == Path(latest.log).name]
+    else:
+        unrecorded = rows if latest is None else []
+    if unrecorded:
+        row = unrecorded[-1]
+        status.state = "between_attempts"
+        status.status = f"row #{row.index} {row.status}"
+        status.detail = "not in trial_log.md yet; the next `ars blueprint run` records it"
+        return status
+    if latest is None:
+        return status
     status.session, status.devices, status.started_at = latest.session, latest.devices, latest.started_at
     if latest.running:
         status.state = "running"
