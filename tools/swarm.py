@@ -280,7 +280,8 @@ class Swarm:
         from autoresearch_skills.campaign import store
 
         repo = _one_repo(blueprints)
-        name = gitflow.slugify(opts.name or _folder_name(blueprints))
+        earlier = None if opts.name else locate(blueprints)  # a blueprint stays in the swarm that ran it
+        name = gitflow.slugify(opts.name or (earlier.settings.name if earlier else _folder_name(blueprints)))
         folder = repo / store.CAMPAIGNS_DIR / name
         existing = None
         if (folder / "campaign.yaml").exists():
@@ -670,6 +671,7 @@ class Swarm:
                 folder, attempt.number, verdict=ending.verdict, exit_status=ending.exit_code,
                 diagnosis=diagnosis, suggestion=suggestion, ended_at=row.ended_at,
             )  # fmt: skip
+            _bring_back_validation(bp, ending.cwd)
             attempt.ended_at = row.ended_at or "now"
             ended.append((attempt.number, row, ending))
 
@@ -756,9 +758,11 @@ class Swarm:
             if ran_in is None and log:
                 ran_in = _run_cwd(log)
         note = f"Ended by `ars blueprint run`: {why}." if why else ""
+        validation = validation_file(bp)
+        if validation is not None and not validation.exists() and ran_in:
+            validation = validation_file(bp, Path(ran_in))
         results = write_results(
-            bp, status, log=log if log and Path(log).exists() else None,
-            validation=validation_file(bp, Path(ran_in) if ran_in else None),
+            bp, status, log=log if log and Path(log).exists() else None, validation=validation,
             preset=self.campaign.settings.preset, note=note,
         )  # fmt: skip
         write_finish_flag(bp.result_dir, status, results.headline, attempts=attempts)
@@ -773,15 +777,17 @@ class Swarm:
     # -- reporting -----------------------------------------------------------------
 
     def finish(self) -> Report:
-        """The report; once every blueprint is over, the swarm's worktrees go (each attempt stays
-        on its branch)."""
-        from autoresearch_skills.campaign.experiment import remove_worktrees
+        """The report. Once every blueprint is over, say where the worktrees are: they stay, since
+        a run's own outputs written by relative path (checkpoints, caches) are only there."""
+        from autoresearch_skills.campaign.experiment import worktrees_dir
 
         report = self.report()
-        if report.over and not report.in_flight:
-            removed = remove_worktrees(self.campaign)
-            if removed:
-                self.say(f"worktrees: removed {len(removed)}; every attempt stays on its branch")
+        folder = worktrees_dir(self.campaign)
+        if report.over and not report.in_flight and any(folder.glob("wt-*")):
+            self.say(
+                f"worktrees: {folder} keeps what the runs wrote there; each attempt's code is on its branch "
+                f"(remove them with `git worktree remove` when done)"
+            )
         return report
 
     def report(self) -> Report:
@@ -927,6 +933,20 @@ def _next_number(folder: Path) -> int:
         if (m := re.match(r"attempt-(\d+)\.log$", p.name))
     ]
     return max(numbers, default=0) + 1
+
+
+def _bring_back_validation(bp: Blueprint, ran_in: str | None) -> None:
+    """A relative val_print_to_markdown_file_path is written inside the worktree the run ran in;
+    copy it to the same place under the codebase (where it lands when a blueprint is run by hand),
+    so results.md and the reader find it in the documented place after the worktree is reused."""
+    if not ran_in:
+        return
+    home, there = validation_file(bp), validation_file(bp, Path(ran_in))
+    if home is None or there is None or home == there or not there.is_file():
+        return
+    with contextlib.suppress(OSError):
+        home.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(there, home)
 
 
 def _run_cwd(log: str) -> str | None:
