@@ -463,7 +463,7 @@ class Loop:
         else:
             for line in wrap_up(self.campaign):
                 self.out.event("finish", line)
-        self.out.event("summary", f"best: {self.best_text()}; ledger: {self.campaign.ledger}")
+        self.out.event("summary", f"ledger: {self.campaign.ledger}; best so far: {self.best_text()}")
         self.out.event("verdict", verdict.line, should_continue=verdict.should_continue)
         return 0
 
