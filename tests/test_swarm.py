@@ -203,6 +203,14 @@ def test_after_its_last_allowed_attempt_a_failed_blueprint_is_finished(tmp_path,
     results = (result_dir(repo, "flaky") / "results.md").read_text()
     assert "- status: failed" in results and "RuntimeError: bad batch size" in results
 
+    # A runner killed after the end lines, before finish.flag: the next run finishes it.
+    (result_dir(repo, "flaky") / "finish.flag").unlink()
+    (result_dir(repo, "flaky") / "results.md").unlink()
+    again = ars(repo, "blueprint", "run", "blueprints/", "--detach")
+    assert "finished: flaky: finished failed (attempt limit 1 reached)" in again.stdout
+    assert read_flag(result_dir(repo, "flaky") / "finish.flag")["status"] == "failed"
+    assert len(read_trial_log(result_dir(repo, "flaky"))) == 1
+
 
 def test_a_blueprint_that_fails_check_starts_nothing(tmp_path, server):
     repo = make_project(tmp_path, {"alpha": "ok", "beta": "ok"})
@@ -227,3 +235,27 @@ def test_a_blueprint_needing_more_gpus_than_the_pool_is_refused(tmp_path):
     repo = make_project(tmp_path, {"alpha": "ok"})
     done = ars(repo, "blueprint", "run", "blueprints/", "--gpus", "0", code=2)
     assert "needs 2 GPUs but the swarm's pool (0) has 1" in done.stderr
+
+
+def test_a_relative_validation_file_is_copied_from_the_worktree_to_the_codebase(tmp_path):
+    from autoresearch_skills.blueprint import parse
+    from autoresearch_skills.swarm import _bring_back_validation
+
+    repo = make_project(tmp_path, {"alpha": "ok"})
+    (repo / "cfg" / "alpha.yaml").write_text(
+        "mode: ok\najet.trainer_common.val_print_to_markdown_file_path: auto_agent/exp_results/alpha/val.md\n"
+    )
+    bp = parse(repo / "blueprints" / "alpha.md")
+    ran_in = tmp_path / "worktrees" / "wt-1"
+    (ran_in / "auto_agent" / "exp_results" / "alpha").mkdir(parents=True)
+    (ran_in / "auto_agent" / "exp_results" / "alpha" / "val.md").write_text("## Step 0\n- mean_reward: 0.5\n")
+    _bring_back_validation(bp, str(ran_in))
+    assert (result_dir(repo, "alpha") / "val.md").read_text() == "## Step 0\n- mean_reward: 0.5\n"
+
+
+def test_the_swarm_script_is_ars_blueprint_run():
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "tools" / "swarm.py"), "--help"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("Usage: swarm.py run [OPTIONS] [FILES]...")

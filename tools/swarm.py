@@ -704,35 +704,37 @@ class Swarm:
                 )  # fmt: skip
             self.known_logs.add(log)
 
-        flag = folder / FINISH_FLAG
+        # The blueprint's latest attempt decides whether it is over; decided on every pass, so a
+        # runner killed between an attempt's end lines and its finish.flag finishes it next time.
+        last = mine[-1] if mine and record is None and not (folder / FINISH_FLAG).exists() else None
         for number, row, ending in ended:
-            is_last = row is mine[-1] and record is None
-            head = (
-                f"{bp.slug}: attempt {number} ended {ending.verdict}"
-                + (f" (exit {ending.exit_code})" if ending.exit_code is not None else "")
-                + f" after {format_duration(ending.elapsed_min * 60)}"
-                + (f": {ending.reason}" if ending.reason and ending.verdict != "ok" else "")
+            if row is not last:
+                self._event("ended", bp, _end_line(bp, number, ending), number)
+        if last is None:
+            return
+        number = attempts[last.log_path].number
+        just = next((e for n, r, e in ended if r is last), None)
+        ending = just or _ending(last, bp.first_step_pattern)
+        head = _end_line(bp, number, ending)
+        limit = int(entry.get("max_attempts") or DEFAULT_MAX_ATTEMPTS)
+        final = entry.get("final_attempt") == number
+        if ending.verdict in ENDS_BLUEPRINT or final or number >= limit:
+            why = (
+                ""
+                if ending.verdict in ENDS_BLUEPRINT
+                else ("final attempt" if final else f"attempt limit {limit} reached")
             )
-            if not is_last or flag.exists():
-                self._event("ended", bp, head, number)
-                continue
-            limit = int(entry.get("max_attempts") or DEFAULT_MAX_ATTEMPTS)
-            final = entry.get("final_attempt") == number
-            if ending.verdict in ENDS_BLUEPRINT or final or number >= limit:
-                why = (
-                    ""
-                    if ending.verdict in ENDS_BLUEPRINT
-                    else ("final attempt" if final else f"attempt limit {limit} reached")
-                )
-                done = self._finish(bp, ending.verdict, number, why=why, log=row.log_path, ran_in=ending.cwd)
+            done = self._finish(bp, ending.verdict, number, why=why, log=last.log_path, ran_in=ending.cwd)
+            if just:
                 self._event("ended", bp, f"{head}; {done}", number)
-            else:
-                self._event(
-                    "ended", bp,
-                    f"{head}; fix it, write `- fix: ...` under `## Attempt {number}` in {folder / TRIAL_LOG}, "
-                    "then run it again",
-                    number,
-                )  # fmt: skip
+            else:  # its end was recorded before, by a runner that died before finishing it
+                self._event("finished", bp, f"{bp.slug}: {done}", number)
+        elif just:
+            self._event(
+                "ended", bp,
+                f"{head}; fix it, write `- fix: ...` under `## Attempt {number}` in {folder / TRIAL_LOG}, then run it again",
+                number,
+            )  # fmt: skip
 
     def _start_lines(self, bp: Blueprint, number: int, started_at: str, session: str, devices: str, log: str, commit: str) -> None:  # fmt: skip
         start_attempt(
@@ -933,6 +935,15 @@ def _next_number(folder: Path) -> int:
         if (m := re.match(r"attempt-(\d+)\.log$", p.name))
     ]
     return max(numbers, default=0) + 1
+
+
+def _end_line(bp: Blueprint, number: int, ending: _Ending) -> str:
+    return (
+        f"{bp.slug}: attempt {number} ended {ending.verdict}"
+        + (f" (exit {ending.exit_code})" if ending.exit_code is not None else "")
+        + f" after {format_duration(ending.elapsed_min * 60)}"
+        + (f": {ending.reason}" if ending.reason and ending.verdict != "ok" else "")
+    )
 
 
 def _bring_back_validation(bp: Blueprint, ran_in: str | None) -> None:
