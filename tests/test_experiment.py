@@ -329,6 +329,8 @@ def test_rerun_runs_the_same_commit_again_as_new_rows_on_the_same_branch(repo: P
     experiment(repo, "closer-lr", "0.02")
     out = ars(repo, "exp", "rerun", "closer-lr", "--times", "2").stdout
     assert out.count("ledger: row") == 2
+    # reruns measure an experiment already counted: time, not one of the user's experiments
+    assert "stop condition not yet met: 2/10 attempted (+2 reruns)" in out
     table = rows(repo)
     original, *reruns = table[1:]
     assert [r.rerun_of for r in reruns] == [str(original.index)] * 2

@@ -522,19 +522,24 @@ def evaluate(
     rules = rules.with_defaults()
     if rules.deadline is None and (rules.budget is not None or rules.until is not None):
         rules = rules.fixed_at(started_at or _first_start(rows) or at)
-    finished = len(rows)
+    # A rerun (a baseline repeat, a confirmation) measures an experiment already counted: it costs
+    # time and GPU-hours, not one of the user's experiments.
+    reruns = sum(1 for r in rows if getattr(r, "rerun_of", ""))
+    finished = len(rows) - reruns
     attempted = finished + in_flight
     remaining_n = max(0, rules.max_experiments - attempted) if rules.max_experiments is not None else None
     remaining_s = (parse_iso(rules.deadline) - at).total_seconds() if rules.deadline else None
     gpu_used = gpu_hours_used(rows) + in_flight_gpu_hours if rules.gpu_hours is not None else None
-    since_keep = next((i for i, r in enumerate(reversed(rows)) if r.status == "keep"), finished)
+    firsts = [r for r in rows if not getattr(r, "rerun_of", "")]
+    since_keep = next((i for i, r in enumerate(reversed(firsts)) if r.status == "keep"), finished)
     best_value = _best_value(rules, rows)
     count = f"{attempted}/{rules.max_experiments}" if rules.max_experiments is not None else f"{attempted}"
 
     def progress(stopped: bool, time_left: bool = True, gpu: bool = True) -> list[str]:
         """Where the campaign stands, kept in the line after a stop too."""
         running = f" ({in_flight} {'still running' if stopped else 'running'})" if in_flight else ""
-        parts = [f"{count} attempted{running}"]
+        repeated = f" (+{reruns} rerun{'s' if reruns > 1 else ''})" if reruns else ""
+        parts = [f"{count} attempted{repeated}{running}"]
         if time_left and remaining_s is not None and remaining_s > 0:
             parts.append(f"{format_duration(remaining_s)} remaining")
         if gpu and gpu_used is not None:

@@ -217,7 +217,7 @@ class Campaign:
             self.rows(),
             at=at,
             started_at=parse_iso(self.settings.created_at),
-            in_flight=len(launched),
+            in_flight=sum(1 for e in launched if e.get("rerun_of") is None),
             in_flight_gpu_hours=sum(_gpu_hours_so_far(e) for e in launched),
         )
 
