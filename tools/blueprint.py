@@ -425,7 +425,7 @@ def run_cmd(
     all). Run it again any time, also after it was killed: it adopts the runs still going and
     records the ones that ended; nothing starts twice. The swarm is a campaign
     (reports/auto_research/<name>/ in the codebases' repository): `ars exp wait --campaign NAME`
-    and `ars campaign status NAME` work on it. Exit 0: no blueprint waits for a fix; 1: one does;
+    and `ars campaign status --campaign NAME` work on it. Exit 0: no blueprint waits for a fix; 1: one does;
     2: bad input.
 
     \b

@@ -37,8 +37,13 @@ blueprint run` repeats (under a lock; every write is done once): kill -9 of this
 nothing, and running it again adopts the live tmux sessions rather than starting them twice.
 
 Limits: the worktree holds what git tracks (plus the blueprint and its YAML); untracked data,
-checkpoints or caches the run reads by relative path must be named by absolute path. Blueprints
-that pin devices (`gpus: 4,5,6,7`) get that many GPUs from the pool, not those devices.
+checkpoints or caches the run reads by relative path must be named by absolute path. What a run
+writes by relative path stays in its worktree (reused by a later attempt there, kept when the swarm
+is over), except a relative validation file, copied to its place under the codebase after each
+attempt. Blueprints that pin devices (`gpus: 4,5,6,7`) get that many GPUs from the pool, not those
+devices. The first step is watched while an `ars blueprint run` follows the swarm; `ars exp wait`
+alone reaps and starts runs but does not watch it, and the documents of what it reaped are written
+by the next `ars blueprint run`.
 """
 
 from __future__ import annotations
@@ -270,6 +275,7 @@ class Swarm:
         self.events: list[Event] = []
         self.watchers: dict[str, object] = {}  # run_id -> RunWatcher (the first-step watch)
         self.known_logs: set[str] = set()  # logs whose start lines are in their trial log
+        self._lock_depth = 0
 
     # -- opening ------------------------------------------------------------------
 
@@ -347,10 +353,22 @@ class Swarm:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Exclusive across processes: two followers of one swarm never write an entry twice."""
+        """Exclusive across processes (reentrant within one): two runners of one swarm never write
+        an entry twice, nor open the same blueprint's attempt twice."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
         with open(self.campaign.folder / LOCK_FILE, "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
-            yield
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
 
     def _load(self) -> dict:
         try:
@@ -404,6 +422,10 @@ class Swarm:
 
     def launch(self, bp: Blueprint, opts: Options) -> None:
         """Give the blueprint its next attempt when it has none in flight and may have one."""
+        with self.lock():  # another runner of this swarm decides after this one, and sees its attempt
+            self._launch(bp, opts)
+
+    def _launch(self, bp: Blueprint, opts: Options) -> None:
         record = self.record(bp)
         flag = bp.result_dir / FINISH_FLAG
         if flag.exists():
