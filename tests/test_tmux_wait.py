@@ -266,3 +266,16 @@ def test_job_pane_killed_by_a_signal_reports_128_plus_the_signal(server, tmp_pat
     assert result.state == "exited"
     assert result.exit_status in (137, None)  # tmux before 3.3 does not show the signal
     assert result.waited < 5
+
+
+def test_job_pane_exit_status_is_always_known(server, tmp_path):
+    # tmux can drop the SIGCHLD of a pane's exit (libutempter): the waiter nudges it to reap,
+    # so the status comes at once instead of never.
+    for n in range(6):
+        server(
+            "new-session", "-d", "-s", f"job{n}", "--", "sh", "-c", "sleep 0.2; exit 5",
+            ";", "set-option", "-w", "-t", f"=job{n}:", "remain-on-exit", "on",
+        )  # fmt: skip
+        result = wait_session(f"job{n}", 60, server.name)
+        assert (result.state, result.exit_status) == ("exited", 5), n
+        assert result.waited < 0.2 + tmux_wait.SETTLE

@@ -33,6 +33,7 @@ SESSION may also be a run's log path or `.run.json` (any launcher, local runs in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -63,7 +64,7 @@ SENTINEL_LINES = 500  # lines of history searched for it: the job may have ended
 SHELLS = frozenset({"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"})
 PANE_FORMAT = "\t".join(
     ["#{session_name}", "#{pane_id}", "#{pane_pid}", "#{pane_dead}", "#{pane_dead_status}"]
-    + ["#{@ars_channel}", "#{@ars_exit_file}", "#{pane_dead_signal}"]
+    + ["#{@ars_channel}", "#{@ars_exit_file}", "#{pane_dead_signal}", "#{pid}"]
 )
 
 
@@ -90,6 +91,7 @@ class Pane:
     dead_status: int | None
     channel: str
     exit_file: str
+    server_pid: int | None = None
 
 
 def query(tmux: Tmux, target: str) -> Pane | None:
@@ -112,6 +114,7 @@ def query(tmux: Tmux, target: str) -> Pane | None:
         dead_status=int(status) if status.lstrip("-").isdigit() else None,
         channel=fields[5],
         exit_file=fields[6],
+        server_pid=int(fields[8]) if len(fields) > 8 and fields[8].isdigit() else None,
     )
 
 
@@ -128,14 +131,18 @@ def _signal_number(name: str) -> int | None:
 def query_after_exit(tmux: Tmux, pane: Pane) -> Pane | None:
     """Query a pane whose process we saw exit: tmux marks it dead a moment later, and records
     its exit status once it reaped it; tmux before 3.3 shows no status for a process killed by
-    a signal, and 3.3 sometimes none at all (the reason sessions started by `ars` have an exit
-    file)."""
+    a signal (the reason sessions started by `ars` have an exit file)."""
     give_up = time.monotonic() + SETTLE
     while True:
         now = query(tmux, pane.pane_id)
         if now is None or (now.dead and now.dead_status is not None) or time.monotonic() >= give_up:
             return now
-        time.sleep(0.01)
+        if now.dead and now.server_pid and alive(now.server_pid):
+            # Dead but not reaped: tmux (with libutempter) can drop the SIGCHLD of a pane's exit
+            # (see launch/tmuxcmd.py). Another one makes it reap, and record the status, at once.
+            with contextlib.suppress(OSError):
+                os.kill(now.server_pid, signal.SIGCHLD)
+        time.sleep(0.005 if now.dead else 0.01)
 
 
 def resolve_target(target: str) -> str:
