@@ -36,7 +36,7 @@ COLOURS = {
 
 
 IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
-LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")  # applied to escaped text: no quotes inside
+LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([\w./-]+)\)")  # a file beside the report; no scheme, no quotes
 CHROME_COLOURS = {  # trace viewer's reserved colour names (chrome://tracing; Perfetto picks its own)
     "keep": "good",
     "discard": "grey",
