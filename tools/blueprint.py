@@ -87,8 +87,8 @@ __all__ = [
 
 @click.group("blueprint", context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
-    """Experiment blueprints (AgentJet's format): write them, check them, see where they stand,
-    and end them with their results document and finish.flag.
+    """Experiment blueprints (AgentJet's format): write them, check them, run them as a swarm on a
+    GPU pool, see where they stand, and end them with their results document and finish.flag.
 
     \b
     Examples:
@@ -96,6 +96,7 @@ def cli() -> None:
           --command "python -m ajet.launcher --conf topk50.yaml" --yaml topk50.yaml --gpus 4
       ars blueprint new --from plan.yaml --out-dir blueprints/
       ars blueprint check blueprints/*.md
+      ars blueprint run blueprints/ --gpus 0-7 --for 9m
       ars blueprint status blueprints/
       ars blueprint finish blueprints/math_topk50.md --status ok
     """
