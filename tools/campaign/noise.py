@@ -1,0 +1,446 @@
+"""Keep/discard decisions that know the run-to-run noise. Pure functions over ledger rows: no I/O.
+
+Contract. A finished run is compared with the best by its margin in units of sigma, where sigma
+is the standard error of the difference of two means: `sigma_run * sqrt(1/n + 1/n_best)` for a
+mean of n runs against a best measured n_best times. The ledger's `sigma` column and the
+reasons' "run sigma" are sigma_run; `margin_sigma` and "by 2.1 sigma" are the margin. Under the
+default `Policy`:
+    keep       one run ahead by >= `clear` sigma, or the pooled mean of 2+ runs ahead by >= `margin`
+    candidate  ahead, but not by enough to keep, and above the floor for its number of runs:
+               rerun the same commit (`next_action`), up to `max_runs` runs in all
+    discard    at or below the floor, or still short of `margin` after `max_runs` runs
+Every new best (the baseline included) is then run until it has `best_runs` runs, so the bar the
+next result must clear is never one lucky draw. Without a noise estimate (fewer than two finished
+runs of any one commit) decisions are as before (keep when the number is better) and the reason
+says no noise estimate exists. Runs that gave identical values (a deterministic target) count
+any difference.
+
+Ledger convention (statuses stay NeMo-RL's): a candidate's row is `discard` with `candidate` in
+its `flags`; each rerun's row has `rerun_of` = the first row of its commit and gets the pooled
+decision, with `runs` = the runs pooled and `margin_sigma` = the pooled margin. Rows pool when
+they share a commit or are linked by `rerun_of`, are finished (keep/discard) and have the same
+`fingerprint`; rows of another fingerprint are never pooled or ranked with them.
+
+Why these defaults: bench/bench_noise.py runs campaigns of a baseline, 20 null changes and 5 real
+gains on a target with known noise. Keeping the first number that is better keeps 20% of the null
+changes (27% where the real gains are large), and each lucky draw raises the bar for the real
+gains. This policy keeps 3.6% of the null changes and 96% of the 3-sigma gains for 64% more runs.
+One confirmation rerun at 2 sigma against a best measured twice keeps only 74% of the 3-sigma
+gains (for 44% more runs): one or two runs against a best measured twice cannot separate a
+3-sigma gain from a lucky draw at 95%/5%, so ambiguous results get up to `max_runs` runs and
+every best gets `best_runs`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+FINISHED = ("keep", "discard")  # statuses whose rows carry a metric
+CANDIDATE_FLAG = "candidate"
+SHORT_RUN_SECONDS = 30 * 60  # under this per-run limit, the baseline is run more than once
+OUTLIER_SIGMAS = 5.0  # one value this far from the rest of its commit's runs is left out of sigma
+OUTLIER_MIN_DOF = 3  # ... only when the others still give sigma with this many degrees of freedom
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The decision rule. Margins are in sigma of the difference (see the module docstring)."""
+
+    margin: float = 1.75  # keep when the pooled mean of 2+ runs is ahead of the best by this much
+    clear: float | None = 3.0  # keep a single run ahead by this much at once; None: always confirm
+    floor: float = 0.4  # discard a single run ahead by no more than this (not worth a rerun) ...
+    floor_step: float = 0.3  # ... and raise that floor by this much per extra run
+    max_runs: int = 5  # runs of one commit a decision may pool before it must keep or discard
+    best_runs: int = 3  # every new best (and the baseline) is run this many times
+    keep_ties: bool = False  # an exact tie with the best is kept (simpler code, same number)
+
+    def floor_for(self, runs: int) -> float:
+        return self.floor + self.floor_step * (runs - 1)
+
+    def keep_line(self, runs: int) -> float:
+        if runs == 1:
+            return math.inf if self.clear is None else self.clear
+        return self.margin
+
+
+DEFAULT_POLICY = Policy()
+
+
+@dataclass
+class Group:
+    """The finished runs of one commit under one fingerprint."""
+
+    key: int  # index of its first row: what a rerun's `rerun_of` points to
+    commit: str
+    fingerprint: str
+    indexes: list[int]
+    values: list[float]
+    kept: bool  # one of its rows is a keep
+    candidate: bool = False  # its latest row is a candidate awaiting a rerun
+    mean: float = field(init=False)
+    n: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.n = len(self.values)
+        self.mean = sum(self.values) / self.n
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The pooled run-to-run standard deviation and what it rests on."""
+
+    sigma: float | None  # None when no group has two runs
+    dof: int  # degrees of freedom: sum over groups of (runs - 1)
+    runs: int  # values that went into it
+    groups: int  # commits with two runs or more
+    left_out: int | None = None  # index of the one wild value left out, if any
+
+    def describe(self) -> str:
+        if self.sigma is None:
+            return "no noise estimate yet (no commit has 2 finished runs)"
+        wild = f", #{self.left_out} left out as a wild value" if self.left_out is not None else ""
+        return f"sigma {_sig(self.sigma)} from {self.runs} runs of {self.groups} commits{wild}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str  # keep | candidate | discard
+    margin_sigma: float | None  # ahead (+) or behind (-) the best, in sigma of the difference
+    runs: int  # runs pooled into this decision
+    reason: str
+    sigma: float | None = None  # the run-to-run sigma used
+    mean: float | None = None  # the pooled mean of the runs
+    best_index: int | None = None  # first row of the best it was compared with
+
+    @property
+    def row_status(self) -> str:
+        """The ledger status: a candidate is written as `discard` until a rerun confirms it."""
+        return "discard" if self.status == "candidate" else self.status
+
+    def ledger_fields(self) -> dict[str, str]:
+        """The row's status and noise columns, as strings for `ledger.append`."""
+        return {
+            "status": self.row_status,
+            "sigma": _sig(self.sigma) if self.sigma is not None else "",
+            "margin_sigma": f"{self.margin_sigma:.2f}" if self.margin_sigma is not None else "",
+            "runs": str(self.runs),
+            "flags": CANDIDATE_FLAG if self.status == "candidate" else "",
+        }
+
+
+@dataclass(frozen=True)
+class Action:
+    """What to run before the next new experiment: a rerun of an earlier commit."""
+
+    rerun_of: int  # index of the first row of the commit to run again
+    commit: str
+    reason: str
+
+
+# ---------------------------------------------------------------- pooling
+
+
+def groups(rows, fingerprint: str | None = None) -> dict[int, Group]:
+    """Finished rows pooled by commit (and `rerun_of` links), one group per fingerprint, keyed by
+    the index of the group's first row. `fingerprint` keeps only groups with that fingerprint."""
+    finished = sorted(
+        (r for r in rows if r.status in FINISHED and (fingerprint is None or r.fingerprint == fingerprint)),
+        key=lambda r: r.index,
+    )
+    by_index = {r.index: r for r in finished}
+    parent = {r.index: r.index for r in finished}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def join(a: int, b: int) -> None:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)  # the earliest row names the group
+
+    first_of_commit: dict[tuple[str, str], int] = {}
+    for r in finished:
+        if r.commit:
+            join(r.index, first_of_commit.setdefault((r.fingerprint, r.commit), r.index))
+        target = _int(r.rerun_of)
+        if target is not None and target in by_index and by_index[target].fingerprint == r.fingerprint:
+            join(r.index, target)
+    members: dict[int, list] = {}
+    for r in finished:
+        members.setdefault(root(r.index), []).append(r)
+    return {
+        key: Group(
+            key=key,
+            commit=next((r.commit for r in rs if r.commit), ""),
+            fingerprint=rs[0].fingerprint,
+            indexes=[r.index for r in rs],
+            values=[r.metric_value for r in rs],
+            kept=any(r.status == "keep" for r in rs),
+            candidate=CANDIDATE_FLAG in _flags(rs[-1]),
+        )
+        for key, rs in members.items()
+    }
+
+
+def estimate(rows, fingerprint: str | None = None) -> Estimate:
+    """The pooled within-commit standard deviation (see `pooled_sigma`) of the finished rows."""
+    found = groups(rows, fingerprint).values()
+    return pooled_sigma([g.values for g in found], [g.indexes for g in found])
+
+
+def sigma(rows, fingerprint: str | None = None) -> float | None:
+    """The campaign's run-to-run standard deviation, None when no commit has two finished runs."""
+    return estimate(rows, fingerprint).sigma
+
+
+def pooled_sigma(value_lists: list[list[float]], index_lists: list[list[int]] | None = None) -> Estimate:
+    """Pooled within-group standard deviation: sqrt(sum of squared deviations from each group's
+    own mean / sum of (n - 1)), over groups with two values or more. Each commit's mean is its own,
+    so real differences between commits never count as noise; the variance is unbiased when every
+    commit has the same noise.
+
+    One wild value (a run on a sick node, a diverged seed) would inflate sigma until nothing can
+    be kept: the value farthest from the other runs of its commit is left out when it lies more
+    than OUTLIER_SIGMAS sigma (of the rest) from their mean and the rest still has OUTLIER_MIN_DOF
+    degrees of freedom. At most one value is left out. `index_lists` name the values (row indexes)
+    so the estimate can say which one."""
+    index_lists = index_lists or [[-1] * len(v) for v in value_lists]
+    pooled = [(v, i) for v, i in zip(value_lists, index_lists) if len(v) >= 2]
+    if not pooled:
+        return Estimate(None, 0, 0, 0)
+    squares, dof, runs = 0.0, 0, 0
+    wild = None  # (what leaving it out removes from the squares, its index, its group's size)
+    for values, indexes in pooled:
+        n = len(values)
+        mean = sum(values) / n
+        squares += sum((x - mean) ** 2 for x in values)
+        dof += n - 1
+        runs += n
+        for x, index in zip(values, indexes):
+            removed = n / (n - 1) * (x - mean) ** 2
+            if wild is None or removed > wild[0]:
+                wild = (removed, index, n)
+    if wild and dof - 1 >= OUTLIER_MIN_DOF:
+        removed, index, n = wild
+        rest = math.sqrt(max(squares - removed, 0.0) / (dof - 1))
+        # |x - mean of the n-1 others| = sqrt(removed * (n-1)/n) * n/(n-1), and its sd is
+        # rest * sqrt(1 + 1/(n-1)): compare in those units
+        distance = math.sqrt(removed * n / (n - 1))
+        if distance > OUTLIER_SIGMAS * rest * math.sqrt(n / (n - 1)):
+            left = len(pooled) - (1 if n == 2 else 0)
+            return Estimate(rest, dof - 1, runs - 1, left, left_out=index)
+    return Estimate(math.sqrt(squares / dof), dof, runs, len(pooled))
+
+
+def best_group(rows, direction: str, fingerprint: str | None = None) -> Group | None:
+    """The commit with a keep row whose pooled mean is best; the earliest wins a tie."""
+    return _best(groups(rows, fingerprint).values(), direction)
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def decide(
+    values: list[float],
+    best: Group | None,
+    sigma: float | None,
+    direction: str,
+    margin: float | None = None,
+    keep_ties: bool | None = None,
+    *,
+    policy: Policy = DEFAULT_POLICY,
+) -> Decision:
+    """Keep, candidate or discard for the runs `values` of one commit against `best`, given the
+    run-to-run `sigma`. `margin` and `keep_ties` override the policy's."""
+    _check_direction(direction)
+    if not values:
+        raise ValueError("decide needs at least one value")
+    if margin is not None:
+        policy = replace(policy, margin=margin)
+    keep_ties = policy.keep_ties if keep_ties is None else keep_ties
+    n = len(values)
+    mean = sum(values) / n
+    if best is None:
+        return Decision("keep", None, n, "first result", sigma, mean)
+    ahead = best.mean - mean if direction == "min" else mean - best.mean
+    about = f"the best {_num(best.mean)} (#{best.key}, {_runs(best.n)})"
+    subject = f"pooled mean {_num(mean)} over {n} runs" if n > 1 else ""
+
+    if not sigma:  # None: no estimate yet; 0.0: identical runs, so any difference is real
+        why = (
+            "no noise estimate yet (no commit has 2 finished runs)"
+            if sigma is None
+            else "runs of one commit gave identical values, so any difference counts"
+        )
+        verb = "ties" if ahead == 0 else "beats" if ahead > 0 else "does not beat"
+        status = "keep" if ahead > 0 or (ahead == 0 and keep_ties) else "discard"
+        reason = f"{subject} {verb} {about}; {why}".lstrip()
+        return Decision(status, None, n, reason, sigma, mean, best.key)
+
+    z = ahead / (sigma * math.sqrt(1 / n + 1 / best.n))
+    noise = f"run sigma {_sig(sigma)}" + (", 1 run" if n == 1 else "")
+    lead = f"confirmation: {subject} " if n > 1 else ""
+
+    def decision(status: str, reason: str) -> Decision:
+        return Decision(status, z, n, reason, sigma, mean, best.key)
+
+    if ahead == 0:
+        status = "keep" if keep_ties else "discard"
+        return decision(status, f"{lead}ties {about}, within noise ({noise})")
+    if z >= policy.keep_line(n):
+        verb = f"confirmed: {subject} beats" if n > 1 else "beats"
+        return decision("keep", f"{verb} {about} by {z:.1f} sigma ({noise})")
+    if z > policy.floor_for(n) and n < policy.max_runs:
+        if n == 1:
+            return decision(
+                "candidate",
+                f"within noise of {about}: ahead by {z:.1f} sigma ({noise}): confirm with a rerun",
+            )
+        return decision(
+            "candidate",
+            f"{lead}is still within noise of {about}: ahead by {z:.1f} sigma, "
+            f"{policy.margin:g} needed ({noise}): confirm with another rerun",
+        )
+    if z > 0 and n > 1:
+        return decision(
+            "discard", f"{lead}beats {about} by only {z:.1f} sigma, {policy.margin:g} needed ({noise})"
+        )
+    if z > 0:
+        return decision(
+            "discard", f"within noise of {about}: ahead by only {z:.1f} sigma, not worth a rerun ({noise})"
+        )
+    if z > -policy.margin:
+        return decision("discard", f"{lead}{'is ' if n > 1 else ''}within noise of {about}: "
+                        f"behind by {-z:.1f} sigma ({noise})")  # fmt: skip
+    return decision("discard", f"{lead}does not beat {about}: behind by {-z:.1f} sigma ({noise})")
+
+
+def assess(
+    rows,
+    value: float,
+    direction: str,
+    *,
+    fingerprint: str | None = None,
+    rerun_of: int | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> Decision:
+    """Decide a finished run with metric `value` against the ledger `rows` (without its own row).
+    A rerun (`rerun_of` = a row of the commit it repeats) pools with that commit's runs and is
+    judged on the pooled mean; a rerun of a kept commit (the best's reruns) only firms up its mean
+    and is kept. The new value counts in sigma."""
+    _check_direction(direction)
+    found = groups(rows, fingerprint)
+    own = _group_of(found, rerun_of)
+    values = [*own.values, value] if own else [value]
+    lists = [g.values if g is not own else values for g in found.values()]
+    if own is None:
+        lists.append(values)
+    noise = pooled_sigma(lists).sigma
+    if own is not None and own.kept:  # firms up a kept commit's mean; it stays kept either way
+        best = _best(found.values(), direction)
+        mean = sum(values) / len(values)
+        which = "the best" if best is own else "kept commit"
+        reason = f"rerun of {which} #{own.key}: mean {_num(mean)} over {len(values)} runs"
+        return Decision("keep", None, len(values), reason, noise, mean, best.key if best else None)
+    others = [g for g in found.values() if g is not own]
+    return decide(values, _best(others, direction), noise, direction, policy=policy)
+
+
+def next_action(
+    rows, direction: str, *, fingerprint: str | None = None, policy: Policy = DEFAULT_POLICY
+) -> Action | None:
+    """The rerun the campaign owes before its next new experiment, or None. Read from the ledger
+    alone, so a resumed campaign picks up where it stopped:
+      - a candidate with fewer than `max_runs` runs gets its confirmation rerun;
+      - the best (the baseline at first) with fewer than `best_runs` runs is run again.
+    Crashed reruns count as attempts, so a commit that keeps crashing is not retried forever."""
+    found = groups(rows, fingerprint)
+    attempts: dict[int, int] = {}
+    owner = {i: g.key for g in found.values() for i in g.indexes}
+    for r in rows:
+        target = _int(r.rerun_of)
+        if target in owner and (fingerprint is None or r.fingerprint == fingerprint):
+            attempts[owner[target]] = attempts.get(owner[target], 0) + 1
+    for g in sorted(found.values(), key=lambda g: g.indexes[-1]):
+        if g.candidate and g.n < policy.max_runs and attempts.get(g.key, 0) < policy.max_runs - 1:
+            return Action(g.key, g.commit, f"#{g.key} is a candidate ({_runs(g.n)}): confirm it with a rerun")
+    best = _best(found.values(), direction)
+    if best and best.n < policy.best_runs and attempts.get(best.key, 0) < policy.best_runs - 1:
+        return Action(
+            best.key,
+            best.commit,
+            f"the best (#{best.key}) has {best.n} of {policy.best_runs} runs: run it again, "
+            "so the bar for the next result is not one lucky draw",
+        )
+    return None
+
+
+def baseline_repeats_default(per_run_timeout_seconds: float | None) -> int:
+    """How often to run the baseline (and every new best): 3 times when runs are short, which gives
+    the noise estimate and a bar that is not one lucky draw (bench/bench_noise.py: measured twice,
+    the best lets only about 91% of 3-sigma gains through); once when each run takes half an hour
+    or more, or has no limit."""
+    if per_run_timeout_seconds is None or per_run_timeout_seconds >= SHORT_RUN_SECONDS:
+        return 1
+    return DEFAULT_POLICY.best_runs
+
+
+def default_policy(per_run_timeout_seconds: float | None, **changes) -> Policy:
+    """The default policy for runs of this length: `best_runs` = `baseline_repeats_default`."""
+    return replace(
+        DEFAULT_POLICY, **{"best_runs": baseline_repeats_default(per_run_timeout_seconds), **changes}
+    )
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _best(found, direction: str) -> Group | None:
+    _check_direction(direction)
+    kept = [g for g in found if g.kept]
+    if not kept:
+        return None
+    sign = 1 if direction == "min" else -1
+    return min(kept, key=lambda g: (sign * g.mean, g.key))
+
+
+def _group_of(found: dict[int, Group], index: int | None) -> Group | None:
+    if index is None:
+        return None
+    return next((g for g in found.values() if index in g.indexes), None)
+
+
+def _check_direction(direction: str) -> None:
+    if direction not in ("min", "max"):
+        raise ValueError(f"direction must be min or max, not {direction!r}")
+
+
+def _int(text) -> int | None:
+    if not text:  # most rows: "" (not a rerun)
+        return None
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _flags(row) -> set[str]:
+    if not row.flags:
+        return set()
+    return {f.strip() for f in row.flags.split(",") if f.strip()}
+
+
+def _runs(n: int, lead: str = "") -> str:
+    return f"{lead}{n} run{'s' if n != 1 else ''}"
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _sig(x: float) -> str:
+    return f"{x:.2g}"
