@@ -49,7 +49,8 @@ def repo(tmp_path: Path) -> Path:
 
 def init_campaign(repo: Path, *extra: str, stop: str = "4 experiments or 1h total, 1m each") -> None:
     ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
-        "--command", f"{sys.executable} train.py", "--stop", stop, "--prefix", "autoresearch/t-demo", *extra)  # fmt: skip
+        "--command", f"{sys.executable} train.py", "--stop", stop, "--prefix", "autoresearch/t-demo",
+        *extra, *([] if "--baseline-repeats" in extra else ["--baseline-repeats", "1"]))  # fmt: skip
 
 
 def experiment(

@@ -73,6 +73,7 @@ def write_campaign(repo: Path, policy: dict, stop: str = "10 experiments", **ext
         "launcher": "local",
         "stop": stop,
         "prefix": "autoresearch/t-loop",
+        "baseline_repeats": 1,  # one run per commit: these tests are about the loop, not the noise
         "policy": {"mutable": ["train.py"], "frozen": ["prepare.py"], **policy},
         **extra,
     }

@@ -79,6 +79,12 @@ def cli() -> None:
     multiple=True,
     help="a file no experiment may change (the evaluation, e.g. prepare.py); repeat for several",
 )
+@click.option(
+    "--baseline-repeats",
+    type=click.IntRange(min=1),
+    help="runs of the baseline (and of every new best) that measure the noise (default 3 under 30-min runs)",
+)
+@click.option("--noise-margin", type=click.FloatRange(min=0, min_open=True), help="sigma a pooled mean must lead by")
 @click.option("--parallel", type=click.IntRange(min=1), help="experiments in flight at once (default 1)")
 @click.option(
     "--gpus", help='device pool, e.g. "0-7" or "0,1,2,3": each run gets its own CUDA_VISIBLE_DEVICES'
@@ -109,6 +115,8 @@ def init_cmd(
     tmux_socket,
     keep_sessions,
     frozen,
+    baseline_repeats,
+    noise_margin,
     parallel,
     gpus,
     gpus_per_run,
@@ -136,6 +144,7 @@ def init_cmd(
         name, metric, direction, command, stop_text=stop_text, prefix=prefix, launcher=launcher, preset=preset,
         folder=folder, strategy=strategy, worktrees=worktrees, decide=decide, keep_ties=keep_ties, tmux_socket=tmux_socket,
         keep_sessions=keep_sessions, parallel=parallel, gpus=gpus, gpus_per_run=gpus_per_run, frozen=list(frozen),
+        baseline_repeats=baseline_repeats, noise_margin=noise_margin,
     )  # fmt: skip
     s = campaign.settings
     tree = gitflow.tree_state(s.repo)

@@ -39,7 +39,13 @@ def _print_ended(campaign: Campaign, ended: scheduler.Ended) -> None:
     value = f"{result['metric_value']:.6f}" if result.get("metric_value") is not None else "none"
     click.echo(f"experiment: {ended.key}")
     click.echo(f"{s.metric}: {value}")
-    click.echo(f"status: {result['status']} ({result['reason']})")
+    decided = result.get("decision")
+    shown = (
+        "candidate (written as discard until a rerun confirms it)"
+        if decided == "candidate"
+        else result["status"]
+    )
+    click.echo(f"status: {shown} ({result['reason']})")
     click.echo(f"elapsed: {result['elapsed_min']:.2f} min")
     if result.get("steps") is not None or result.get("throughput") is not None:
         pace = [f"{result['steps']} steps" if result.get("steps") is not None else None]
@@ -92,6 +98,8 @@ def _report(
 
         if finished(campaign):
             payload["finished"] = wrap_up(campaign)
+        action = _next_rerun(campaign, verdict)
+        payload["next_rerun"] = action.__dict__ if action else None
         click.echo(json.dumps(payload, indent=2, default=str))
         return
     for n, item in enumerate(ended):
@@ -99,7 +107,17 @@ def _report(
             click.echo("")
         _print_ended(campaign, item)
     _wrap_up_if_over(campaign)
+    action = _next_rerun(campaign, verdict)
+    if action is not None:
+        click.echo(f"next: ars exp rerun '#{action.rerun_of}'  ({action.reason})")
     click.echo(verdict.line)
+
+
+def _next_rerun(campaign: Campaign, verdict):
+    """The rerun the noise rule asks for before a new experiment, while new runs may start."""
+    if not verdict.may_start():
+        return None
+    return experiment.next_rerun(campaign)
 
 
 def _wrap_up_if_over(campaign: Campaign) -> None:
@@ -133,6 +151,20 @@ def _announce(record: dict) -> None:
     click.echo(f"where: {where}; {record['run']['launcher']} {record['run']['run_id']}", err=True)
     click.echo(f"log: {record['run']['log_path']}", err=True)
     click.echo(f"timeout: {format_duration(record['timeout'])}", err=True)
+
+
+def _run_until_ended(campaign: Campaign, key: str, timeout, as_json: bool, again: bool = False) -> list:
+    record = experiment.request_run(campaign, key, timeout=timeout)
+    if not as_json and not again:
+        _announce(record)
+    ended = scheduler.wait(
+        campaign,
+        {key},
+        progress=None if as_json else _progress(campaign),
+        reporting={key},
+        watchers=_watchers(campaign),
+    )
+    return [e for e in ended if e.key == key]
 
 
 def run_and_report(campaign: Campaign, ref: str | None, timeout, force: bool, detach: bool, as_json: bool):
@@ -202,8 +234,25 @@ def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
     record = experiment.start_baseline(campaign)
     click.echo(f"branch: {record['branch']}", err=True)
     click.echo(f"workdir: {record['workdir']}", err=True)
-    if not no_run:
-        run_and_report(campaign, record["key"], _duration(timeout), False, detach, as_json)
+    if no_run:
+        return
+    if detach:
+        run_and_report(campaign, record["key"], _duration(timeout), False, True, as_json)
+        return
+    ended = _run_until_ended(campaign, record["key"], _duration(timeout), as_json)
+    # The baseline is run `baseline_repeats` times: its spread is the first noise estimate.
+    while ended and ended[-1].result.get("status") == "keep":
+        action = _next_rerun(campaign, campaign.verdict())
+        if action is None or action.rerun_of != 0:
+            break
+        again = experiment.reopen(campaign, "#0", "rerun")
+        if not as_json:
+            click.echo(f"rerun of the baseline: {action.reason}", err=True)
+        more = _run_until_ended(campaign, again["key"], _duration(timeout), as_json, again=True)
+        if not more:
+            break
+        ended += more
+    _report(campaign, ended, as_json)
 
 
 @cli.command("start")

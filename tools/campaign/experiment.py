@@ -417,12 +417,43 @@ def select_or_reopen(
     return state, select(state, ref, phases, verb)
 
 
+def best_row(campaign: Campaign, rows: list):
+    """The first row of the best commit: the kept commit whose pooled mean (over its reruns) is
+    best among rows of the latest fingerprint; the plain best kept row when none has one."""
+    from autoresearch_skills import ledger
+    from autoresearch_skills.campaign import noise
+
+    latest = next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
+    group = noise.best_group(rows, campaign.settings.direction, fingerprint=latest) if latest else None
+    if group is None:
+        return ledger.best(rows, campaign.settings.direction)
+    return next(r for r in rows if r.index == group.key)
+
+
+def next_rerun(campaign: Campaign, rows: list | None = None, state: dict | None = None):
+    """The rerun the noise rule asks for before the next new experiment (a candidate's
+    confirmation, or another run of the best), unless one for that commit is already in flight."""
+    from autoresearch_skills.campaign import noise
+
+    rows = campaign.rows() if rows is None else rows
+    latest = next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
+    action = noise.next_action(
+        rows, campaign.settings.direction, fingerprint=latest, policy=campaign.settings.noise_policy()
+    )
+    if action is None:
+        return None
+    state = campaign.load_state() if state is None else state
+    if any(e.get("rerun_of") == action.rerun_of for e in experiments(state).values()):
+        return None
+    return action
+
+
 def resolve_parent(campaign: Campaign, parent: str, rows: list) -> str:
-    from autoresearch_skills import gitflow, ledger
+    from autoresearch_skills import gitflow
 
     s = campaign.settings
     if parent == "best":
-        best = ledger.best(rows, s.direction)
+        best = best_row(campaign, rows)
         if best is not None and best.commit:
             return gitflow.resolve(campaign.repo, best.commit)
         parent = "baseline"
@@ -616,6 +647,7 @@ def _start_run(campaign: Campaign, state: dict, experiment: dict, grant) -> None
     # saving state.json. Adopt that run rather than start the same attempt twice.
     run = Run.load(run_file) if run_file.exists() else launcher_for(campaign).start(spec)
     experiment.update(
+        fingerprint=experiment.get("fingerprint") or fingerprint_of(campaign, experiment),
         phase="running",
         commit=gitflow.head_commit(workdir),
         run=asdict(run),
@@ -681,7 +713,8 @@ def note_warning(campaign: Campaign, key: str, text: str) -> None:
 
 def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
     """Turn a finished run into a result: status, metric, memory, elapsed, reason."""
-    from autoresearch_skills import ledger, metrics
+    from autoresearch_skills import metrics
+    from autoresearch_skills.campaign import noise
     from autoresearch_skills.launch.base import Run
 
     s = campaign.settings
@@ -715,23 +748,76 @@ def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
     elif result["metric_value"] is None:
         status, reason = "crash", f"{missing}{_last_error(log_path)}"
     else:
-        best = ledger.best(campaign.rows(), s.direction)
-        value = result["metric_value"]
-        if best is None:
-            status, reason = "keep", "first result"
-        elif value == best.metric_value:
-            status = "keep" if s.keep_ties else "discard"
-            reason = f"ties the best {best.metric_value:.6f}"
-        else:
-            better = value < best.metric_value if s.direction == "min" else value > best.metric_value
-            status = "keep" if better else "discard"
-            reason = (
-                f"{'beats' if better else 'does not beat'} the best {best.metric_value:.6f} (#{best.index})"
-            )
+        decision = noise.assess(
+            campaign.rows(), result["metric_value"], s.direction, fingerprint=experiment.get("fingerprint"),
+            rerun_of=experiment.get("rerun_of"), policy=s.noise_policy(),
+        )  # fmt: skip
+        status, reason = decision.row_status, decision.reason
+        result["noise"] = decision.ledger_fields()
+        result["decision"] = decision.status
     result.update(status=status, reason=reason)
     result.update(_pace(campaign, experiment, log_path))
-    result["flags"] = [*result["flags"], *experiment.get("warnings", [])]
+    result["flags"] = [
+        *result["flags"],
+        *experiment.get("warnings", []),
+        *_fingerprint_flags(campaign, experiment),
+    ]
+    if (result.get("noise") or {}).get("flags"):
+        result["flags"].insert(0, result["noise"]["flags"])
     return result
+
+
+def fingerprint_of(campaign: Campaign, experiment: dict) -> str:
+    """What makes this run's result comparable (command, budget, hardware, torch/CUDA, frozen
+    files), saved under fingerprints/<digest>.json; rows of another digest are never ranked with it."""
+    import json
+
+    from autoresearch_skills.atomicfile import write_text_atomic
+    from autoresearch_skills.campaign.fingerprint import fingerprint
+
+    s = campaign.settings
+    own = experiment.get("overrides") or {}
+    found = fingerprint(
+        own.get("command") or s.command,
+        s.stop_rules().per_run_timeout or own.get("timeout"),
+        [Path(p) for p in s.frozen_paths()],
+        experiment["workdir"],
+    )
+    path = campaign.folder / "fingerprints" / f"{found.digest}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(found.to_dict(), indent=2) + "\n")
+    return found.digest
+
+
+def _fingerprint_flags(campaign: Campaign, experiment: dict) -> list[str]:
+    """Say when earlier finished rows were measured under another fingerprint: they are not ranked
+    against this one (the best is the best among comparable rows)."""
+    import json
+
+    from autoresearch_skills.campaign.fingerprint import Fingerprint, diff
+
+    mine = experiment.get("fingerprint")
+    others = [
+        r
+        for r in campaign.rows()
+        if r.fingerprint and r.fingerprint != mine and r.status in ("keep", "discard")
+    ]
+    if not mine or not others:
+        return []
+    folder = campaign.folder / "fingerprints"
+    try:
+
+        def read(digest: str) -> Fingerprint:
+            return Fingerprint.from_dict(json.loads((folder / f"{digest}.json").read_text()))
+
+        changes = diff(read(others[-1].fingerprint), read(mine))
+    except (OSError, ValueError, KeyError):
+        changes = []
+    what = "; ".join(changes[:2]) or "another fingerprint"
+    return [
+        f"not comparable with #{others[-1].index} ({what}): ranked only against rows of its own fingerprint"
+    ]
 
 
 def _pace(campaign: Campaign, experiment: dict, log_path: str) -> dict:
@@ -964,6 +1050,12 @@ def _append_row(campaign: Campaign, experiment: dict, result: dict, status: str,
             retry_of=str(experiment.get("retry_of", "")),
             gpus=str(experiment.get("gpus") or ""),
             devices=",".join(str(d) for d in experiment.get("devices") or ()),
+            fingerprint=experiment.get("fingerprint", ""),
+            sigma=(result.get("noise") or {}).get("sigma", "") if status in ("keep", "discard") else "",
+            margin_sigma=(result.get("noise") or {}).get("margin_sigma", "")
+            if status in ("keep", "discard")
+            else "",
+            runs=(result.get("noise") or {}).get("runs", "") if status in ("keep", "discard") else "",
             steps="" if result.get("steps") is None else str(result["steps"]),
             throughput="" if result.get("throughput") is None else f"{result['throughput']:g}",
             flags="; ".join(result.get("flags") or []),

@@ -221,6 +221,12 @@ class Loop:
         while self.free_slots() > 0 and not self.interrupts.requested:
             if not self.go_on(quiet=True):
                 return
+            action = experiment.next_rerun(self.campaign)
+            if action is not None:  # the noise rule first: confirm a candidate, firm up the best
+                record = experiment.reopen(self.campaign, f"#{action.rerun_of}", "rerun")
+                self.out.event("rerun", f"rerun of #{action.rerun_of}: {action.reason}", key=record["key"])
+                self.launch(record["key"])
+                continue
             key = self.propose(policy)
             if key is None:
                 self.exhausted = True

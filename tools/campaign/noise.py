@@ -369,6 +369,9 @@ def next_action(
         if g.candidate and g.n < policy.max_runs and attempts.get(g.key, 0) < policy.max_runs - 1:
             return Action(g.key, g.commit, f"#{g.key} is a candidate ({_runs(g.n)}): confirm it with a rerun")
     best = _best(found.values(), direction)
+    exact = pooled_sigma([g.values for g in found.values()])
+    if exact.sigma == 0 and exact.dof >= 1:
+        return None  # repeated runs gave identical values: a deterministic target needs no repeats
     if best and best.n < policy.best_runs and attempts.get(best.key, 0) < policy.best_runs - 1:
         return Action(
             best.key,
@@ -429,9 +432,10 @@ def _int(text) -> int | None:
 
 
 def _flags(row) -> set[str]:
+    """The row's flags: separated by "; " (the ledger's form), or by commas in older rows."""
     if not row.flags:
         return set()
-    return {f.strip() for f in row.flags.split(",") if f.strip()}
+    return {f.strip() for f in row.flags.replace(";", ",").split(",") if f.strip()}
 
 
 def _runs(n: int, lead: str = "") -> str:

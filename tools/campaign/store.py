@@ -63,7 +63,7 @@ class Settings:
     mem: str | None = None  # Slurm: sbatch --mem
     cpus: str | None = None  # Slurm: sbatch --cpus-per-task
     baseline_repeats: int | None = None  # baseline runs to measure noise; None: 2 under 30-min runs, else 1
-    noise_margin: float = 2.0  # a clear keep beats the best by this many sigma; less is a candidate
+    noise_margin: float | None = None  # a pooled mean must lead the best by this many sigma (1.75)
     comparable_margin: float = 0.2  # steps/throughput this far (a fraction) from the parent's: not comparable
     frozen: list = field(default_factory=list)  # files no experiment may change (hashed at the start)
     mutable: list = field(default_factory=list)  # the only files experiments may change (empty: any)
@@ -89,6 +89,18 @@ class Settings:
             return "off" if self.prune is False else str(self.prune)
         per_run = self.stop_rules().per_run_timeout
         return "median" if per_run and per_run > 600 else "off"
+
+    def noise_policy(self):
+        """The keep/discard rule that knows the noise (campaign/noise.py): every new best, the
+        baseline first, is run `baseline_repeats` times; a result within noise is a candidate."""
+        from autoresearch_skills.campaign.noise import default_policy
+
+        changes = {"keep_ties": bool(self.keep_ties)}
+        if self.noise_margin is not None:
+            changes["margin"] = float(self.noise_margin)
+        if self.baseline_repeats is not None:
+            changes["best_runs"] = int(self.baseline_repeats)
+        return default_policy(self.stop_rules().per_run_timeout, **changes)
 
     def watch_policy(self):
         from autoresearch_skills.runwatch import WatchPolicy
