@@ -122,7 +122,7 @@ class Decision:
         """The row's status and noise columns, as strings for `ledger.append`."""
         return {
             "status": self.row_status,
-            "sigma": _sig(self.sigma) if self.sigma is not None else "",
+            "sigma": f"{self.sigma:.4g}" if self.sigma is not None else "",  # the ledger keeps precision
             "margin_sigma": f"{self.margin_sigma:.2f}" if self.margin_sigma is not None else "",
             "runs": str(self.runs),
             "flags": CANDIDATE_FLAG if self.status == "candidate" else "",
