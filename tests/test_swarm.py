@@ -125,7 +125,8 @@ def test_swarm_shares_the_pool_stops_a_silent_start_and_relaunches_after_a_fix(t
     assert sorted(r.branch.rsplit("/", 1)[1] for r in rows) == sorted(MODES)
     by_name = {r.branch.rsplit("/", 1)[1]: r for r in rows}
     assert by_name["silent"].status == "cancelled"
-    assert "first step timeout: no `actor/kl_loss:` line within 3s" in by_name["silent"].description
+    assert "no first step in" in by_name["silent"].description
+    assert "actor/kl_loss:" in by_name["silent"].description
     assert by_name["flaky"].status == "crash"
     for name in ("alpha", "beta", "gamma"):
         assert read_flag(result_dir(repo, name) / "finish.flag")["status"] == "ok"

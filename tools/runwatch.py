@@ -129,13 +129,13 @@ class WatchPolicy:
         watch = dict(watch or {})
         policy = cls(prune=_prune_rule(prune))
         for kind, action in watch.items():
-            if kind in CATALOGUE:
+            if kind in CATALOGUE and not _is_setting(kind, action):
                 policy.actions[kind] = str(action).strip().lower()
         if "stall_after" in watch:
             policy.stall_after = _duration_or_off(watch["stall_after"], "watch stall_after")
         if first_step_timeout is not None:
             policy.first_step_timeout = _duration(first_step_timeout, "first_step_timeout")
-        if "first_step_timeout" in watch:
+        if _is_setting("first_step_timeout", watch.get("first_step_timeout")):
             policy.first_step_timeout = _duration(watch["first_step_timeout"], "watch first_step_timeout")
         if "first_step" in watch:
             text = str(watch["first_step"])
@@ -178,6 +178,8 @@ def validate_watch(watch: dict | None, prune: str | bool | None) -> None:
             f"watch must be a mapping such as {{stall_after: 15m, nan_loss: cancel}}, got {watch!r}"
         )
     for key, value in watch.items():
+        if _is_setting(key, value):
+            continue
         if key in CATALOGUE:
             if str(value).strip().lower() not in ACTIONS:
                 raise BadInput(f"watch {key}: {value!r} is not an action: use cancel, warn or ignore")
@@ -187,7 +189,7 @@ def validate_watch(watch: dict | None, prune: str | bool | None) -> None:
     if "stall_after" in watch:
         _duration_or_off(watch["stall_after"], "watch stall_after")
     for key in ("first_step_timeout", "traceback_grace"):
-        if key in watch:
+        if key in watch and _is_setting(key, watch[key]):
             _duration(watch[key], f"watch {key}")
     if "first_step" in watch and str(watch["first_step"]).strip().lower() not in (*_OFF, "auto"):
         try:
@@ -204,6 +206,11 @@ def validate_watch(watch: dict | None, prune: str | bool | None) -> None:
                 raise BadInput(f"watch {key} must be a number, got {watch[key]!r}") from None
             if number <= 0:
                 raise BadInput(f"watch {key} must be above zero, got {watch[key]!r}")
+
+
+def _is_setting(key: str, value) -> bool:
+    """`first_step_timeout` names both a setting (a duration) and the anomaly it raises (an action)."""
+    return key in SETTING_KEYS and value is not None and str(value).strip().lower() not in ACTIONS
 
 
 def _prune_rule(prune: str | bool | None) -> str:

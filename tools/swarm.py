@@ -89,7 +89,7 @@ from autoresearch_skills.blueprints.resultdir import (
     write_results,
 )
 from autoresearch_skills.campaign.pool import parse_devices
-from autoresearch_skills.clock import format_duration, now, parse_iso
+from autoresearch_skills.clock import format_duration
 from autoresearch_skills.errors import BadInput
 
 SWARM_FILE = "swarm.json"
@@ -98,7 +98,6 @@ DEFAULT_MAX_ATTEMPTS = 3
 PRESET = "verl"  # AgentJet's console lines are verl's (`step:N - actor/kl_loss:0.01 - ...`)
 DEFAULT_METRIC = "actor/kl_loss"  # every training step prints it; `--metric` names another
 ENDS_BLUEPRINT = ("ok", "timeout")  # verdicts after which a blueprint is over, whatever the count
-FIRST_STEP_MARK = "first step timeout"  # in the reason of a run the first-step watch stopped
 LIVE = ("opening", "open", "queued", "running", "decide")
 # Anomalies the engine watches for every run of a swarm (its own watchers, when it has them): stop
 # what cannot recover (a CUDA OOM leaves the other ranks in NCCL's 30-minute timeout), note the rest.
@@ -273,7 +272,6 @@ class Swarm:
         self.campaign = campaign
         self.say = say
         self.events: list[Event] = []
-        self.watchers: dict[str, object] = {}  # run_id -> RunWatcher (the first-step watch)
         self.known_logs: set[str] = set()  # logs whose start lines are in their trial log
         self._lock_depth = 0
 
@@ -588,46 +586,11 @@ class Swarm:
             scheduler.wait(self.campaign, None, seconds=left, on_poll=self._poll)
 
     def _poll(self, running: list[dict]) -> None:
-        """After each scheduler tick: write start lines of runs that just started, and stop a run
-        that printed no first step within its blueprint's first-step timeout."""
+        """After each scheduler tick: write the start lines of runs that just started. (The
+        engine's run watchers stop a run with no first step within its blueprint's timeout: the
+        blueprint's `watch:` travels with the experiment.)"""
         if any(r["run"]["log_path"] not in self.known_logs for r in running if r.get("blueprint")):
             self.sync()
-        for record in running:
-            if record.get("blueprint"):
-                self._watch(record)
-
-    def _watch(self, record: dict) -> None:
-        from autoresearch_skills.campaign import experiment
-        from autoresearch_skills.runwatch import RunWatcher, WatchPolicy
-
-        run = record["run"]
-        watch = (record.get("overrides") or {}).get("watch") or {}
-        if not watch.get("first_step"):
-            return
-        watcher = self.watchers.get(run["run_id"])
-        if watcher is None:
-            from autoresearch_skills.anomalies import CATALOGUE
-
-            policy = WatchPolicy(
-                actions={**{kind: "ignore" for kind in CATALOGUE}, "first_step_timeout": "cancel"},
-                stall_after=None, first_step=watch["first_step"],
-                first_step_timeout=float(watch.get("first_step_timeout") or 1200), prune="off",
-            )  # fmt: skip
-            elapsed = max(0.0, (now() - parse_iso(record["started_at"])).total_seconds())
-            s = self.campaign.settings
-            watcher = RunWatcher(
-                run["log_path"], policy, s.metric, s.direction, s.preset, None, None,
-                time.monotonic() - elapsed, workdir=run.get("cwd"), started_at=time.time() - elapsed,
-            )  # fmt: skip
-            self.watchers[run["run_id"]] = watcher
-        verdict = watcher.poll(time.monotonic())
-        if verdict is not None and verdict.action == "cancel":
-            pattern = _unescape(watch["first_step"])
-            limit = format_duration(float(watch.get("first_step_timeout") or 1200))
-            experiment.cancel(
-                self.campaign, record["key"], status="cancelled",
-                reason=f"{FIRST_STEP_MARK}: no `{pattern}` line within {limit}",
-            )  # fmt: skip
 
     # -- recording -----------------------------------------------------------------
 

@@ -84,7 +84,9 @@ def cli() -> None:
     type=click.IntRange(min=1),
     help="runs of the baseline (and of every new best) that measure the noise (default 3 under 30-min runs)",
 )
-@click.option("--noise-margin", type=click.FloatRange(min=0, min_open=True), help="sigma a pooled mean must lead by")
+@click.option(
+    "--noise-margin", type=click.FloatRange(min=0, min_open=True), help="sigma a pooled mean must lead by"
+)
 @click.option("--parallel", type=click.IntRange(min=1), help="experiments in flight at once (default 1)")
 @click.option(
     "--gpus", help='device pool, e.g. "0-7" or "0,1,2,3": each run gets its own CUDA_VISIBLE_DEVICES'
@@ -345,6 +347,13 @@ def resume_cmd(ref: str | None, on_interrupt: str, as_json: bool) -> None:
     """
     campaign = find(ref)
     was_paused = campaign.unpause()
+    from autoresearch_skills.swarm import SWARM_FILE
+
+    if (campaign.folder / SWARM_FILE).exists():  # a blueprint swarm: adopt, record, start what is queued
+        from autoresearch_skills import swarm
+
+        report = swarm.resume(str(campaign.folder), say=lambda line: click.echo(line))
+        raise SystemExit(report.exit_code)
     if campaign.settings.policy:
         from autoresearch_skills.campaign import loop
 

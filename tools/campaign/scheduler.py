@@ -62,8 +62,11 @@ class Watchers:
                     if overrides.get("cwd")
                     else Path(record["workdir"])
                 )
+                policy = self.policy
+                if overrides.get("watch"):  # a blueprint's own first-step line and timeout
+                    policy = s.watch_policy({**(s.watch or {}), **overrides["watch"]})
                 watcher = RunWatcher(
-                    run["log_path"], self.policy, s.metric, s.direction, s.preset, s.metric_source,
+                    run["log_path"], policy, s.metric, s.direction, s.preset, s.metric_source,
                     self.campaign.rows, now - max(0.0, elapsed), workdir=workdir,
                     started_at=time.time() - max(0.0, elapsed),
                 )  # fmt: skip

@@ -102,11 +102,14 @@ class Settings:
             changes["best_runs"] = int(self.baseline_repeats)
         return default_policy(self.stop_rules().per_run_timeout, **changes)
 
-    def watch_policy(self):
+    def watch_policy(self, watch: dict | None = None):
+        """How runs are watched: `watch` (default: campaign.yaml's) over the defaults."""
         from autoresearch_skills.runwatch import WatchPolicy
 
+        watch = self.watch if watch is None else watch
+        first_step_timeout = None if "first_step_timeout" in (watch or {}) else self.first_step_timeout
         return WatchPolicy.from_settings(
-            self.watch or None, self.prune_rule(), self.first_step_timeout, preset=self.preset
+            watch or None, self.prune_rule(), first_step_timeout, preset=self.preset
         )
 
     def frozen_paths(self) -> list[str]:
