@@ -78,6 +78,7 @@ def campaign_file(
         "stop": f"{experiments + 1} experiments",
         "prefix": "autoresearch/bench",
         "parallel": parallel,
+        "baseline_repeats": 1,  # the figures are about running side by side, not the noise estimate
         "policy": {"kind": "grid", "mutable": ["train.py"], "space": {"LR": grid, "SLEEP": [seconds]}},
         **({"tmux_socket": socket} if launcher == "tmux" else {}),
     }
