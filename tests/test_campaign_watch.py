@@ -139,3 +139,28 @@ def test_the_row_reads_the_metric_from_the_campaigns_metric_source(tmp_path: Pat
     row = ledger.read(repo / "reports/auto_research/j/results.tsv")[-1]
     assert row.status == "crash" and "no val_loss from" in row.description and "metrics.jsonl" in row.description
     assert row.metric_value == 0.0  # never a silent zero result: a crash with the source named
+
+
+def test_a_bad_watch_setting_is_refused_before_anything_is_created(repo: Path):
+    config = {
+        "name": "bad", "metric": "val_bpb", "direction": "min", "command": f"{sys.executable} train.py",
+        "stop": "2 experiments", "policy": {"kind": "queue", "queue": [], "mutable": ["train.py"]},
+        "watch": {"killd": "cancel"},
+    }  # fmt: skip
+    (repo / "campaign.yaml").write_text(yaml.safe_dump(config))
+    checked = ars(repo, "campaign", "validate", "campaign.yaml", code=2)
+    assert "watch key 'killd' is unknown" in checked.stderr
+    refused = ars(repo, "campaign", "run", "campaign.yaml", code=2)
+    assert "watch key 'killd' is unknown" in refused.stderr
+    assert not (repo / "reports/auto_research/bad").exists()
+
+
+def test_finishing_early_pauses_the_campaign_so_nothing_new_starts(repo: Path):
+    start(repo, "ok")
+    ars(repo, "exp", "mark", "cancelled", "ok", "--reason", "not needed after all")
+    out = ars(repo, "campaign", "finish").stdout
+    assert "stop condition not yet met" in out
+    status = ars(repo, "campaign", "status", "--json").stdout
+    assert json.loads(status)["paused"] == "finished by hand before its stop condition"
+    ars(repo, "exp", "start", "later", "-m", "m")
+    assert "campaign paused" in ars(repo, "exp", "run", code=1).stderr

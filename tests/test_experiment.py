@@ -108,11 +108,14 @@ def test_refuses_experiments_before_baseline_and_runs_past_the_rules(repo: Path)
     assert "run `ars exp baseline` first" in refused.stderr
     ars(repo, "exp", "baseline")
     experiment(repo, "second", "0.02")
-    ars(repo, "exp", "start", "third", "-m", "over budget")
-    set_constant(repo, "LR", "0.025")
-    stopped = ars(repo, "exp", "run", code=1)
-    assert "stop condition met: 2/2 attempted" in stopped.stderr
+    stopped = ars(repo, "exp", "start", "third", "-m", "over budget", code=1)
+    assert "stop condition met: 2/2 attempted" in stopped.stderr and "nothing new starts" in stopped.stderr
     assert len(rows(repo)) == 2
+    ars(repo, "exp", "start", "third", "-m", "the user extended the campaign", "--force")
+    set_constant(repo, "LR", "0.025")
+    refused = ars(repo, "exp", "run", code=1)  # the run is refused too unless forced
+    assert "stop condition met: 2/2 attempted" in refused.stderr
+    assert "status: keep" in ars(repo, "exp", "run", "--force").stdout
 
 
 def test_dirty_tree_is_left_byte_for_byte_intact(repo: Path):

@@ -59,6 +59,11 @@ def targets_dir() -> Path:
 # Single-file templates `ars init NAME [FILE]` copies as they are (no git repository):
 # name -> (file under templates/, description, what to do next).
 FILE_TEMPLATES = {
+    "campaign": (
+        "campaign.yaml",
+        "a campaign file for the unattended loop, written for tiny-lm, for `ars campaign run`",
+        "edit it, then: ars campaign validate {file} && ars campaign run {file}",
+    ),
     "blueprint-plan": (
         "blueprint-plan.yaml",
         "a plan of several experiment blueprints, for `ars blueprint new --from`",

@@ -229,7 +229,8 @@ def finish_cmd(ref: str | None, as_json: bool) -> None:
     the session subtask closed, and where the best result lives.
 
     Runs by itself when the stop condition is met after `ars exp run`; call it to end a
-    campaign early. Refuses while experiments are in flight (cancel or record them first).
+    campaign early (it is then paused: `ars campaign resume` reopens it). Refuses while
+    experiments are in flight (wait for, cancel or record them first).
 
     \b
     Examples:
@@ -240,12 +241,15 @@ def finish_cmd(ref: str | None, as_json: bool) -> None:
     from autoresearch_skills.errors import BadInput
 
     campaign = find(ref)
-    in_flight = list(campaign.load_state().get("experiments", {}))
+    in_flight = campaign.load_state().get("experiments", {})
     if in_flight:
+        listed = ", ".join(f"{k} ({e.get('phase')})" for k, e in in_flight.items())
         raise BadInput(
-            f"experiments in flight ({', '.join(in_flight)}): wait for them (`ars exp wait`), "
-            "or cancel them (`ars exp cancel SLUG --reason ...`), then finish"
+            f"experiments in flight: {listed}: wait for running ones (`ars exp wait`) or cancel them "
+            "(`ars exp cancel SLUG --reason ...`); close open ones (`ars exp mark cancelled SLUG --reason ...`); then finish"
         )
+    if campaign.verdict().should_continue and not campaign.paused:
+        campaign.pause("finished by hand before its stop condition")  # nothing new starts; hooks let go
     lines = wrap_up(campaign)
     verdict = campaign.verdict()
     if as_json:

@@ -387,6 +387,7 @@ def validation(path: Path, cwd: Path) -> Validation:
             _check_command(data["command"], repo, f"{where}: command", result)
     _check_launcher(data, where, result)
     _check_metric_source(data, repo or cwd, where, result)
+    _check_watch(data, where, result)
     return result
 
 
@@ -657,6 +658,17 @@ def _check_launcher(data: dict, where: str, result: Validation) -> None:
                 f"{where}: launcher {launcher} needs `{program}`, which is not on PATH "
                 "(install it, or pick another launcher)"
             )
+
+
+def _check_watch(data: dict, where: str, result: Validation) -> None:
+    """`watch:` and `prune:` as the run watcher reads them (unknown kinds, actions, durations)."""
+    from autoresearch_skills.runwatch import validate_watch
+
+    result.checked.append("watch")
+    try:
+        validate_watch(data.get("watch") or None, data.get("prune"))
+    except BadInput as err:
+        result.problems.append(f"{where}: {err.message}")
 
 
 def _check_metric_source(data: dict, cwd: Path, where: str, result: Validation) -> None:

@@ -53,7 +53,7 @@ def _print_ended(campaign: Campaign, ended: scheduler.Ended) -> None:
             pace.append(f"{result['throughput']:g} {result.get('throughput_key') or 'throughput'} (median)")
         click.echo(f"pace: {', '.join(p for p in pace if p)}")
     for flag in result.get("flags") or []:
-        click.echo(f"warning: {flag}: the machine, not the idea, may explain the difference")
+        click.echo(f"warning: {flag}")
     if row is None:
         click.echo(
             f"decision: pending; record it with `ars exp mark keep|discard|crash {ended.key} --reason TEXT`"
@@ -263,9 +263,12 @@ def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
 @click.option("--parent", default="best", show_default=True, help="baseline, best, or any git ref")
 @click.option("--no-baseline-check", is_flag=True, help="allow experiments before a baseline result exists")
 @click.option("--predict", help='the effect you expect, registered before the run: "val_bpb -0.01"')
+@click.option(
+    "--force", is_flag=True, help="open it even when a stop condition is met (the user extended it)"
+)
 @campaign_option
 @click.option("--json", "as_json", is_flag=True)
-def start_cmd(slug, description, parent, no_baseline_check, predict, ref, as_json) -> None:
+def start_cmd(slug, description, parent, no_baseline_check, predict, force, ref, as_json) -> None:
     """Create the experiment branch <prefix>/<slug> from a parent and check it out.
 
     Then edit the files in the printed workdir and `ars exp run SLUG`. Several experiments may
@@ -281,7 +284,13 @@ def start_cmd(slug, description, parent, no_baseline_check, predict, ref, as_jso
         {"prediction": experiment.parse_prediction(predict, campaign.settings.metric)} if predict else None
     )
     record = experiment.start(
-        campaign, slug, description, parent=parent, skip_baseline_check=no_baseline_check, extra=extra
+        campaign,
+        slug,
+        description,
+        parent=parent,
+        skip_baseline_check=no_baseline_check,
+        extra=extra,
+        force=force,
     )
     if as_json:
         click.echo(

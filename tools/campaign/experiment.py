@@ -266,13 +266,18 @@ def start(
     parent: str = "best",
     skip_baseline_check: bool = False,
     extra: dict | None = None,
+    force: bool = False,
 ) -> dict:
-    """Open experiment `slug` from `parent`; `extra` is kept with it in state.json (e.g. the proposal)."""
+    """Open experiment `slug` from `parent`; `extra` is kept with it in state.json (e.g. the proposal).
+    Refused (exit 1) once the stop condition is met, unless `force`."""
     from autoresearch_skills import gitflow
 
     s = campaign.settings
     state = settled_state(campaign)
     _check_isolation(campaign)
+    verdict = campaign.verdict(state=state)
+    if not verdict.may_start() and not force:
+        raise StopConditionMet(f"{verdict.line}: nothing new starts (`--force` only if the user extends it)")
     rows = campaign.rows()
     if s.require_baseline and not skip_baseline_check and not rows:
         raise BadInput("no baseline result yet: run `ars exp baseline` first (or pass --no-baseline-check)")
@@ -520,6 +525,13 @@ def request_run(
             )
         if changed:
             _commit(campaign, state, experiment)
+        verdict = campaign.verdict(state=state, exclude=experiment["key"])
+        if not force and not verdict.may_start():
+            raise StopConditionMet(verdict.line)
+        if not force and campaign.paused:
+            raise StopConditionMet(
+                f"campaign paused ({campaign.paused}): nothing new starts until `ars campaign resume`"
+            )
         if (
             experiment["slug"] != "baseline"
             and not experiment["commits"]
@@ -532,13 +544,6 @@ def request_run(
             )
             raise BadInput(f"experiment {experiment['key']!r} has no change yet: {what}")
         _refuse_frozen_edits(campaign, state, experiment)
-        verdict = campaign.verdict(state=state, exclude=experiment["key"])
-        if not force and not verdict.may_start():
-            raise StopConditionMet(verdict.line)
-        if not force and campaign.paused:
-            raise StopConditionMet(
-                f"campaign paused ({campaign.paused}): nothing new starts until `ars campaign resume`"
-            )
         experiment.update(phase="queued", queued_at=now_iso(), requested_timeout=timeout, forced=force)
         campaign.save_state(state)
         launch_queued(campaign)
@@ -860,7 +865,8 @@ def _pace(campaign: Campaign, experiment: dict, log_path: str) -> dict:
         drift = (mine - theirs) / theirs
         if abs(drift) > s.comparable_margin:
             pace["flags"].append(
-                f"not comparable: {label} {mine:g} vs {theirs:g} for its parent #{parent.index} ({drift:+.0%})"
+                f"not comparable: {label} {mine:g} vs {theirs:g} for its parent #{parent.index} ({drift:+.0%}); "
+                "a busy machine or the change itself may explain the result"
             )
     return pace
 

@@ -99,6 +99,15 @@ def read_campaign_file(path: Path) -> dict:
 
     check_keys(data, str(path))  # `launchr: tmux` is a typo, never a silent default
     check_types(data, str(path))
+    from autoresearch_skills.runwatch import validate_watch
+    from autoresearch_skills.sources import validate_source
+
+    try:  # before the campaign folder exists: a bad setting leaves nothing behind
+        validate_watch(data.get("watch") or None, data.get("prune"))
+        if data.get("metric_source"):
+            validate_source(data["metric_source"])
+    except BadInput as err:
+        raise BadInput(f"{path}: {err.message}") from None
     return data
 
 
