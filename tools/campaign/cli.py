@@ -202,7 +202,7 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
         click.echo(json.dumps(facts, indent=2, default=str))
     else:
         for key in ("name", "folder", "metric", "direction", "stop_rules", "deadline", "attempted",
-                    "remaining_experiments", "remaining_time", "best", "latest", "current_branch", "pool"):  # fmt: skip
+                    "remaining_experiments", "remaining_time", "best", "noise", "latest", "current_branch", "pool"):  # fmt: skip
             value = facts[key]
             click.echo(f"{key}: {value if value is not None else '-'}")
         for item in facts["in_flight"]:

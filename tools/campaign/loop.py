@@ -462,6 +462,8 @@ class Loop:
             f"({result['reason']}, {result['elapsed_min']:.1f} min)",
             row=row.to_dict(),
         )
+        for flag in result.get("flags") or []:
+            self.out.event("warning", f"#{row.index} {item.key}: {flag}")
 
     def best_text(self) -> str:
         from autoresearch_skills import ledger

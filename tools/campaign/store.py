@@ -376,13 +376,15 @@ def write_settings(campaign: Campaign) -> None:
 
 def status_facts(campaign: Campaign) -> dict:
     """Everything `campaign status` and `memory resume` report, as plain data."""
-    from autoresearch_skills import gitflow, ledger
+    from autoresearch_skills import gitflow
 
     rows = campaign.rows()
     s = campaign.settings
     state = campaign.load_state()
     verdict = campaign.verdict(state=state)
-    best = ledger.best(rows, s.direction)
+    from autoresearch_skills.campaign.experiment import best_row  # lazy: experiment imports this module
+
+    best = best_row(campaign, rows)
     experiments = list(state["experiments"].values())
     in_flight = [in_flight_facts(e) for e in experiments]
     running = [f for f in in_flight if f["phase"] == "running"]
@@ -399,9 +401,15 @@ def status_facts(campaign: Campaign) -> dict:
         value = f"{row.metric_value:.6f}" if row.status in ("keep", "discard") else "no metric"
         return f"#{row.index} {row.status} {s.metric} {value} on {row.branch} @ {row.commit[:8]}: {row.description}"
 
+    from autoresearch_skills.campaign import noise
+
+    latest = next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
+    estimate = noise.estimate(rows, fingerprint=latest)
     return {
         "name": s.name,
         "folder": str(campaign.folder),
+        "noise": estimate.describe(),
+        "sigma": estimate.sigma,
         "metric": s.metric,
         "direction": s.direction,
         "stop_rules": s.stop_text or ", ".join(f"{k}={v}" for k, v in s.stop.items()),
@@ -414,7 +422,7 @@ def status_facts(campaign: Campaign) -> dict:
         "remaining_time": format_duration(verdict.remaining_seconds)
         if verdict.remaining_seconds is not None
         else None,
-        "best": describe(best),
+        "best": describe(best) + _pooled(rows, best, s.direction) if best else None,
         "best_row": best.to_dict() if best else None,
         "latest": describe(rows[-1] if rows else None),
         "current_branch": branch,
@@ -425,6 +433,16 @@ def status_facts(campaign: Campaign) -> dict:
         "queue": queued,
         "pending_decision": decide[0].get("result") if decide else None,
     }
+
+
+def _pooled(rows: list, best, direction: str) -> str:
+    """` (mean 0.9981 over 3 runs)` when the best commit was run more than once."""
+    from autoresearch_skills.campaign import noise
+
+    group = next(
+        (g for g in noise.groups(rows, best.fingerprint or None).values() if best.index in g.indexes), None
+    )
+    return f" (mean {group.mean:.6f} over {group.n} runs)" if group and group.n > 1 else ""
 
 
 def in_flight_facts(experiment: dict) -> dict:
