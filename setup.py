@@ -1,5 +1,5 @@
 """Build hook: ship skills/, references/ and templates/ inside the wheel, so that
-`ars skills install` and `ars init` work after a plain `pip install autoresearch-skills`
+`ars skills install` and `ars init` work after installing the wheel (`pip install autoresearch_skills-*.whl`)
 (resources.py looks in autoresearch_skills/_bundled/ first, then beside tools/ in a checkout)."""
 
 import shutil
