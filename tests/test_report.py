@@ -4,6 +4,7 @@ runs in flight at once and its Chrome trace."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from repo_helpers import ars, make_repo
 
 from autoresearch_skills import ledger, report
 from autoresearch_skills.campaign import store as campaign_mod
@@ -66,6 +68,7 @@ def test_report_files_and_chart(campaign):
     assert "stop condition not yet met: 6/8 attempted" in md
     page = paths["html"].read_text()
     assert page.startswith("<!doctype html>") and "data:image/png;base64," in page and "<table>" in page
+    assert "<td>wider | MLP</td>" in page  # an escaped pipe stays inside its cell
 
 
 def test_report_command_prints_the_paths(campaign, tmp_path: Path):
@@ -179,3 +182,235 @@ def test_a_free_slot_that_held_the_same_gpus_is_preferred():
         ledger.Row(index=3, status="keep", started_at=at(8), ended_at=at(9), devices="0"),
     ]
     assert [s.slot for s in report.spans(rows)] == [0, 1, 1, 0]
+
+
+# A noise-aware campaign, as `ars` writes it: a baseline on another machine (another fingerprint),
+# the baseline three times, a candidate confirmed by its rerun, one refuted, a crash and its retry.
+# (slug, commit, parent, value, status, extras)
+NOT_COMPARABLE_HW = (
+    "not comparable with #0 (hardware: 1x A100 -> 1x H100): ranked only against rows of its own fingerprint"
+)
+NOISY = [
+    ("baseline", "b0", "p0", 0.900, "keep", {"fingerprint": "old", "runs": "1"}),  # better, not comparable
+    ("baseline", "b0", "p0", 1.000, "keep", {"runs": "1", "flags": NOT_COMPARABLE_HW}),
+    ("baseline", "b0", "p0", 1.020, "keep", {"rerun_of": "1", "runs": "2", "sigma": "0.01414"}),
+    ("baseline", "b0", "p0", 1.010, "keep", {"rerun_of": "1", "runs": "3", "sigma": "0.01"}),
+    ("lr", "l1", "b0", 0.990, "discard", {"runs": "1", "margin_sigma": "1.73", "flags": "candidate",
+                                          "prediction": "val_bpb -0.01"}),
+    ("lr", "l1", "b0", 0.985, "keep", {"rerun_of": "4", "runs": "2", "margin_sigma": "2.60"}),
+    ("wide", "w1", "l1", 0.995, "discard", {"runs": "1", "flags": "candidate", "prediction": "val_bpb -0.02"}),
+    ("wide", "w1", "l1", 1.030, "discard", {"rerun_of": "6", "runs": "2", "margin_sigma": "-1.90"}),
+    ("deep", "d1", "l1", 0.0, "crash", {"prediction": "-1%"}),
+    ("deep", "d2", "l1", 0.960, "keep", {"retry_of": "8", "runs": "1", "margin_sigma": "3.40",
+                                         "flags": "not comparable: steps 408 vs 682 for its parent #5 (-40%)"}),
+    ("deep", "d2", "l1", 0.970, "keep", {"rerun_of": "9", "runs": "2"}),
+    ("tiny", "t1", "d2", 1.200, "discard", {"runs": "1", "margin_sigma": "-20.00", "prediction": "val_bpb +0.05"}),
+]  # fmt: skip
+
+
+@pytest.fixture
+def noisy_campaign(campaign):
+    campaign.ledger.unlink()
+    for slug, commit, parent, value, status, extras in NOISY:
+        ledger.append(campaign.ledger, ledger.Row(
+            branch=f"autoresearch/x/{slug}", commit=commit, parent_commit=parent, metric_name="val_bpb",
+            metric_value=value, status=status, description=f"{slug} idea" if slug != "baseline" else "baseline",
+            **{"fingerprint": "new", **extras},
+        ))  # fmt: skip
+    return campaign
+
+
+def section(md: str, title: str) -> str:
+    return md.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_noise_estimate_and_pooled_means_lead_the_result(noisy_campaign):
+    md = report.write_report(noisy_campaign)["report"].read_text()
+    result = section(md, "Result")
+    assert result.startswith("\nNoise: sigma 0.013 from 9 runs of 4 commits.\n")
+    assert "| baseline | 1.010000 (mean of 3 runs) | `autoresearch/x/baseline` |" in result
+    # the other fingerprint's 0.900 is better, but it is never the best
+    assert "| best | 0.965000 (mean of 2 runs) | `autoresearch/x/deep` @ `d2` |" in result
+    assert "| change | -0.045000 (-4.46%); 3.7 sigma ahead | |" in result
+
+
+def test_the_chain_pools_reruns_and_leaves_out_a_refuted_candidate(noisy_campaign):
+    md = report.write_report(noisy_campaign)["report"].read_text()
+    chain = section(md, "Chain of kept improvements")
+    links = [line for line in chain.splitlines() if re.match(r"\d+\. ", line)]
+    assert links == [
+        "1. #1 `autoresearch/x/baseline`: 1.010000 (mean of 3 runs: #1, #2, #3) — baseline",
+        "2. #4 `autoresearch/x/lr`: 0.987500 (mean of 2 runs: #4, #5; 1.9 sigma ahead of #1) — lr idea",
+        "3. #9 `autoresearch/x/deep`: 0.965000 (mean of 2 runs: #9, #10; 1.7 sigma ahead of #4) — deep idea",
+    ]
+    assert "- #6 `wide`: candidate refuted by its rerun: 1.012500 (mean of 2 runs: #6, #7)" in chain
+    assert [r.index for r in report.improvements(noisy_campaign.rows(), "min")] == [1, 4, 9]
+
+
+def test_the_progress_chart_draws_reruns_in_their_commits_column(noisy_campaign):
+    st = report.standing(noisy_campaign.rows(), "min")
+    assert {i: st.owner[i] for i in (2, 3, 5, 7, 10)} == {2: 1, 3: 1, 5: 4, 7: 6, 10: 9}
+    assert [(g.key, round(g.mean, 4)) for g in st.chain] == [(1, 1.01), (4, 0.9875), (9, 0.965)]
+    assert [r.index for r in st.apart] == [0]
+    width, height = png_size(report.write_report(noisy_campaign)["chart"])
+    assert 600 <= width <= 2000 and 300 <= height <= 1200
+
+
+def test_attempts_name_reruns_retries_and_flags(noisy_campaign):
+    md = report.write_report(noisy_campaign)["report"].read_text()
+    table = section(md, "All attempts")
+    assert "| # | status | val_bpb | Δ vs parent | elapsed | notes | description | branch |" in table
+    assert "| 2 | keep | 1.020000 | - | 0.0m | rerun of #1 | baseline |" in table
+    assert "| 4 | discard | 0.990000 | -0.020000 | 0.0m | candidate | lr idea |" in table
+    assert "| 9 | keep | 0.960000 | -0.025000 | 0.0m | retries #8; not comparable: steps 408 vs 682 for its parent #5 (-40%) |" in table  # fmt: skip
+    assert f"| 1 | keep | 1.000000 | - | 0.0m | {NOT_COMPARABLE_HW} |" in table
+    assert "\n| 0 |" not in table  # another fingerprint: listed apart
+
+
+def test_rows_of_another_fingerprint_are_listed_apart_and_never_improvements(noisy_campaign):
+    md = report.write_report(noisy_campaign)["report"].read_text()
+    apart = section(md, "Another fingerprint")
+    assert "fingerprint `old` (the rows above: `new`)" in apart
+    assert [line.split(" | ")[0] for line in apart.splitlines() if re.match(r"\| \d", line)] == ["| 0"]
+    assert "#0 " not in section(md, "Chain of kept improvements")
+    assert "0.900000" not in section(md, "Result")
+
+
+def test_predictions_are_tallied_by_sign_against_the_parent_row(noisy_campaign):
+    md = report.write_report(noisy_campaign)["report"].read_text()
+    predicted = section(md, "Predictions")
+    assert "The predicted sign was right 2 of 3 times (67%). 1 not judged" in predicted
+    assert "| 4 | `lr` | val_bpb -0.01 | -0.020000 vs #3 | right |" in predicted
+    assert "| 6 | `wide` | val_bpb -0.02 | +0.010000 vs #5 | wrong |" in predicted
+    assert "| 8 | `deep` | -1% | - (crash) | - |" in predicted
+    assert "| 11 | `tiny` | val_bpb +0.05 | +0.230000 vs #10 | right |" in predicted
+
+
+def test_a_candidate_awaiting_its_rerun_is_not_in_the_chain(noisy_campaign):
+    ledger.append(noisy_campaign.ledger, ledger.Row(
+        branch="autoresearch/x/warm", commit="m1", parent_commit="d2", metric_name="val_bpb", metric_value=0.955,
+        status="discard", description="warm idea", fingerprint="new", runs="1", flags="candidate",
+    ))  # fmt: skip
+    chain = section(report.write_report(noisy_campaign)["report"].read_text(), "Chain of kept improvements")
+    assert "- #12 `warm`: candidate, waiting for its confirmation rerun (1 run)" in chain
+    assert "#12 `autoresearch/x/warm`" not in chain
+
+
+OLD_REPORT = """\
+## Result
+
+| | val_bpb | branch |
+|---|---|---|
+| baseline | 1.200000 | `autoresearch/x/baseline` |
+| best | 1.050000 | `autoresearch/x/warmup` @ `c5` |
+| change | -0.150000 (-12.50%) | |
+
+![progress](progress.png)
+
+## Timeline
+
+When each run ran: one row per slot, a bar per run, labelled with its index.
+
+![timeline](timeline.png)
+
+## All attempts
+
+| # | status | val_bpb | Δ vs parent | elapsed | description | branch |
+|---|---|---|---|---|---|---|
+| 0 | keep | 1.200000 | - | 0.5m | baseline | `autoresearch/x/baseline` |
+| 1 | keep | 1.100000 | -0.100000 | 1.5m | raise LR | `autoresearch/x/lr` |
+| 2 | discard | 1.150000 | +0.050000 | 2.5m | wider \\| MLP | `autoresearch/x/wide` |
+| 3 | crash | - | - | 3.5m | huge batch [crash: exit code 1] | `autoresearch/x/oom` |
+| 4 | keep | 1.120000 | +0.020000 | 4.5m | kept against its parent, not the best | `autoresearch/x/worse` |
+| 5 | keep | 1.050000 | -0.050000 | 5.5m | add warmup | `autoresearch/x/warmup` |
+
+## Failures
+
+- #3 `oom` (crash): crash: exit code 1
+
+## Chain of kept improvements
+
+1. #0 `autoresearch/x/baseline`: 1.200000 — baseline
+2. #1 `autoresearch/x/lr`: 1.100000 — raise LR
+3. #5 `autoresearch/x/warmup`: 1.050000 — add warmup
+
+Ledger: `{ledger}`
+"""
+
+
+def test_a_ledger_of_the_seventeen_columns_gives_the_report_it_always_gave(campaign):
+    """The report written before reruns, fingerprints and predictions existed, byte for byte."""
+    campaign.ledger.write_text("\t".join(ledger.BASE_COLUMNS) + "\n")
+    rows = [
+        ("baseline", "c0", "p0", 1.20, "keep", "baseline"),
+        ("lr", "c1", "c0", 1.10, "keep", "raise LR"),
+        ("wide", "c2", "c1", 1.15, "discard", "wider | MLP"),
+        ("oom", "c3", "c1", 0.0, "crash", "huge batch [crash: exit code 1]"),
+        ("worse", "c4", "c1", 1.12, "keep", "kept against its parent, not the best"),
+        ("warmup", "c5", "c1", 1.05, "keep", "add warmup"),
+    ]
+    for n, (slug, commit, parent, value, status, description) in enumerate(rows):
+        ledger.append(campaign.ledger, ledger.Row(
+            branch=f"autoresearch/x/{slug}", commit=commit, parent_commit=parent, metric_name="val_bpb",
+            metric_value=value, status=status, description=description, elapsed_min=n + 0.5,
+            started_at=at(n * 10), ended_at=at(n * 10 + 5),
+        ))  # fmt: skip
+    assert campaign.ledger.read_text().splitlines()[1].count("\t") == 16
+    md = report.write_report(campaign)["report"].read_text()
+    assert md.split("**stop condition not yet met: 6/8 attempted**\n\n", 1)[1] == OLD_REPORT.replace(
+        "{ledger}", str(campaign.ledger)
+    )
+
+
+# A target whose value each run takes from a queue file the test writes (the dice).
+TRAIN = """\
+import fcntl, os
+IDEA = 0
+with open(os.environ["VALUES"], "r+") as queue:
+    fcntl.flock(queue, fcntl.LOCK_EX)
+    values = queue.read().split()
+    queue.seek(0); queue.truncate(); queue.write("\\n".join(values[1:]))
+print("---")
+print(f"val_bpb:          {float(values[0]):.6f}")
+"""
+
+
+def test_report_of_a_campaign_run_through_ars(tmp_path: Path):
+    repo = make_repo(tmp_path / "project", {"train.py": TRAIN})
+    dice = tmp_path / "values.txt"
+    dice.write_text("1.00 1.02 0.99 1.03 0.90 0.91")  # baseline twice, near twice, far twice
+    env = {"VALUES": str(dice)}
+    ars(repo, "campaign", "init", "n", "--metric", "val_bpb", "--direction", "min", "--baseline-repeats", "2",
+        "--command", f"{sys.executable} train.py", "--stop", "10 experiments, 1m each", env=env)  # fmt: skip
+    ars(repo, "exp", "baseline", env=env)
+    for n, (slug, predict) in enumerate([("near", "val_bpb -0.01"), ("far", "-2%")], 1):
+        ars(repo, "exp", "start", slug, "-m", f"idea {n}", "--predict", predict, env=env)
+        (repo / "train.py").write_text(TRAIN.replace("IDEA = 0", f"IDEA = {n}"))
+        ars(repo, "exp", "run", env=env)
+        # near: a candidate its rerun refutes; far: a clear keep, run again as every new best is
+        ars(repo, "exp", "rerun", f"#{n * 2}", env=env)
+    ars(repo, "report", env=env)
+    md = (repo / "reports/auto_research/n/report.md").read_text()
+    assert "Noise: sigma 0.019 from 6 runs of 3 commits." in md
+    assert "| best | 0.905000 (mean of 2 runs) | `autoresearch/" in md
+    assert "| change | -0.105000 (-10.40%); 5.6 sigma ahead | |" in md
+    chain = section(md, "Chain of kept improvements")
+    links = [
+        line.split(" `")[0] + line.split("`", 2)[2]
+        for line in chain.splitlines()
+        if re.match(r"\d+\. ", line)
+    ]
+    assert links == [
+        "1. #0: 1.010000 (mean of 2 runs: #0, #1) — baseline",
+        "2. #4: 0.905000 (mean of 2 runs: #4, #5; 5.6 sigma ahead of #0) — idea 2",
+    ]
+    assert "- #2 `near`: candidate refuted by its rerun: 1.010000 (mean of 2 runs: #2, #3)" in chain
+    table = section(md, "All attempts")
+    assert re.search(r"\| 2 \| discard \| 0\.990000 \| -0\.030000 \| [^|]+ \| candidate \| idea 1 \|", table)
+    assert re.search(
+        r"\| 3 \| discard \| 1\.030000 \| \+0\.010000 \| [^|]+ \| rerun of #2 \| idea 1 \|", table
+    )
+    predicted = section(md, "Predictions")
+    assert "The predicted sign was right 2 of 2 times (100%)." in predicted
+    assert "| 2 | `near` | val_bpb -0.01 | -0.030000 vs #1 | right |" in predicted
+    assert "| 4 | `far` | val_bpb -2% | -11.76% vs #1 | right |" in predicted

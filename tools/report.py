@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from pathlib import Path
 import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
+from autoresearch_skills.campaign import noise
 from autoresearch_skills.errors import run_cli
 
 COLOURS = {
@@ -36,6 +38,7 @@ COLOURS = {
 
 
 IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
+CELL_BORDER = re.compile(r"(?<!\\)\|")  # a `|` that is not escaped as `\|` inside a cell
 LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([\w./-]+)\)")  # a file beside the report; no scheme, no quotes
 CHROME_COLOURS = {  # trace viewer's reserved colour names (chrome://tracing; Perfetto picks its own)
     "keep": "good",
@@ -51,6 +54,7 @@ class Attempt:
     row: object
     delta: float | None  # metric minus the parent's metric (None when either has none)
     diagnosis: str
+    parent: object = None  # the latest row with a metric whose commit is this row's parent_commit
 
 
 def has_metric(row) -> bool:
@@ -63,8 +67,16 @@ def attempts(rows: list) -> list[Attempt]:
     for r in rows:
         parent = by_commit.get(r.parent_commit)
         delta = r.metric_value - parent.metric_value if parent and has_metric(r) and parent is not r else None
-        out.append(Attempt(r, delta, "" if has_metric(r) else diagnose(r)))
+        out.append(Attempt(r, delta, "" if has_metric(r) else diagnose(r), parent))
     return out
+
+
+def notes(row) -> str:
+    """What the attempts table says beside a row: which run it repeats or retries, and its flags
+    (candidate, not comparable ...), as the ledger wrote them."""
+    parts = [f"rerun of #{row.rerun_of}"] if row.rerun_of else []
+    parts += [f"retries #{row.retry_of}"] if row.retry_of else []
+    return "; ".join([*parts, row.flags] if row.flags else parts)
 
 
 def diagnose(row) -> str:
@@ -82,60 +94,204 @@ def diagnose(row) -> str:
     return reason
 
 
+@dataclass
+class Standing:
+    """What the ledger knows now, among the rows comparable with the best (one fingerprint: the
+    latest row's, "" in ledgers without fingerprints): each commit's runs pooled into a mean
+    (`noise.groups`; a rerun belongs to its commit), the best commit, the chain of improvements
+    and the run-to-run noise. Rows of other fingerprints are `apart`: never ranked with these."""
+
+    fingerprint: str
+    comparable: list
+    apart: list
+    groups: dict[int, noise.Group]  # by the index of the commit's first row
+    owner: dict[int, int]  # row index -> its commit's group key (a crashed rerun too)
+    best: noise.Group | None
+    chain: list[noise.Group]  # kept commits whose mean beats every kept commit before them
+    estimate: noise.Estimate
+    noise_aware: bool  # the ledger records noise (fingerprints, reruns, sigma): say so
+
+    def first_row(self, group: noise.Group):
+        return next(r for r in self.comparable if r.index == group.key)
+
+    def runs_text(self, group: noise.Group) -> str:
+        if group.n == 1:
+            return "1 run"
+        return f"mean of {group.n} runs: " + ", ".join(f"#{i}" for i in group.indexes)
+
+
+def standing(rows: list, direction: str) -> Standing:
+    fingerprint = next((r.fingerprint for r in reversed(rows) if r.fingerprint), "")
+    comparable = [r for r in rows if r.fingerprint == fingerprint]
+    found = noise.groups(comparable)
+    owner = {i: g.key for g in found.values() for i in g.indexes}
+    for r in comparable:  # a rerun that crashed still belongs to the commit it repeated
+        target = int(r.rerun_of) if r.rerun_of.isdigit() else None
+        if r.index not in owner and target in owner:
+            owner[r.index] = owner[target]
+    chain: list[noise.Group] = []
+    for g in sorted(found.values(), key=lambda g: g.key):
+        if g.kept and (not chain or _better(g.mean, chain[-1].mean, direction)):
+            chain.append(g)
+    return Standing(
+        fingerprint=fingerprint,
+        comparable=comparable,
+        apart=[r for r in rows if r.fingerprint != fingerprint],
+        groups=found,
+        owner=owner,
+        best=noise.best_group(comparable, direction),
+        chain=chain,
+        estimate=noise.estimate(rows, fingerprint=fingerprint),
+        noise_aware=any(r.fingerprint or r.rerun_of or r.sigma or r.runs for r in rows),
+    )
+
+
+def _better(value: float, than: float, direction: str) -> bool:
+    return value < than if direction == "min" else value > than
+
+
+def margin(group: noise.Group, other: noise.Group, sigma: float | None, direction: str) -> float | None:
+    """How far `group`'s mean is ahead of `other`'s, in sigma of the difference of the two means
+    (the unit of the ledger's `margin_sigma`); None without a noise estimate."""
+    if not sigma:
+        return None
+    ahead = other.mean - group.mean if direction == "min" else group.mean - other.mean
+    return ahead / (sigma * math.sqrt(1 / group.n + 1 / other.n))
+
+
 def improvements(rows: list, direction: str) -> list:
-    """The chain of kept results that each beat everything before them."""
-    chain, best = [], None
-    for r in rows:
-        if r.status != "keep":
+    """The chain of kept results that each beat everything before them: the first row of each
+    commit in the chain, judged by the mean over its runs (see `standing`)."""
+    st = standing(rows, direction)
+    return [st.first_row(g) for g in st.chain]
+
+
+def left_out(st: Standing) -> list[tuple[object, str]]:
+    """Commits that were candidates or kept but are not in the chain, and why: a candidate still
+    owed its rerun, one its reruns refuted, a keep whose reruns pulled its mean back."""
+    in_chain = {g.key for g in st.chain}
+    by_index = {r.index: r for r in st.comparable}
+    out = []
+    for g in sorted(st.groups.values(), key=lambda g: g.key):
+        flagged = any(is_candidate(by_index[i]) for i in g.indexes)
+        if g.key in in_chain or not (flagged or (g.kept and st.noise_aware)):
             continue
-        if best is None or (r.metric_value < best if direction == "min" else r.metric_value > best):
-            chain.append(r)
-            best = r.metric_value
-    return chain
+        if g.candidate:
+            why = f"candidate, waiting for its confirmation rerun ({st.runs_text(g)})"
+        elif not g.kept:
+            why = f"candidate refuted by its rerun: {_fmt(g.mean)} ({st.runs_text(g)})"
+        else:
+            before = [c for c in st.chain if c.key < g.key][-1]
+            why = f"kept, but {_fmt(g.mean)} ({st.runs_text(g)}) does not beat #{before.key} ({_fmt(before.mean)})"
+        out.append((st.first_row(g), why))
+    return out
+
+
+def is_candidate(row) -> bool:
+    return noise.CANDIDATE_FLAG in {f.strip() for f in re.split(r"[;,]", row.flags)}
+
+
+@dataclass
+class Prediction:
+    """A change registered before the run (`--predict`) beside the change observed against the
+    parent row: the prediction is judged by its sign alone."""
+
+    attempt: Attempt
+    predicted: float | None  # the signed number as written; None when it does not parse
+    percent: bool  # "-1%": a relative change
+    observed: float | None  # in the prediction's unit; None with `why`
+    why: str = ""
+
+    @property
+    def right(self) -> bool | None:
+        if self.predicted is None or self.observed is None:
+            return None
+        return _sign(self.predicted) == _sign(self.observed)
+
+
+PREDICTION = re.compile(r"\s*(?:\S+\s+)?([+-]?\d+(?:\.\d+)?(?:e-?\d+)?)(%?)\s*")
+
+
+def predictions(rows: list) -> list[Prediction]:
+    out = []
+    for a in attempts(rows):
+        r, parent = a.row, a.parent
+        if not r.prediction:
+            continue
+        found = PREDICTION.fullmatch(r.prediction)
+        predicted, percent = (float(found[1]), bool(found[2])) if found else (None, False)
+        observed, why = None, ""
+        if not has_metric(r):
+            why = r.status
+        elif parent is None or parent is r:
+            why = "no parent row"
+        elif parent.fingerprint != r.fingerprint:
+            why = f"parent #{parent.index} of another fingerprint"
+        elif percent and not parent.metric_value:
+            why = "parent's value is 0"
+        else:
+            observed = a.delta / parent.metric_value * 100 if percent else a.delta
+        out.append(Prediction(a, predicted, percent, observed, why))
+    return out
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
 
 
 def progress_chart(rows: list, metric: str, direction: str, path: Path, title: str) -> Path:
+    """Every attempt comparable with the best as a dot (a rerun in its commit's column), the
+    mean of a commit's runs as a dash, and the best so far (by those means) as a step line.
+    Rows of another fingerprint are left out (the title says how many)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    st = standing(rows, direction)
+    shown = st.comparable
+
+    def x(r) -> int:  # a rerun is drawn as a point of its commit
+        return st.owner.get(r.index, r.index)
+
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
-    scored = [r for r in rows if has_metric(r)]
+    scored = [r for r in shown if has_metric(r)]
     values = [r.metric_value for r in scored]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     pad = (high - low) * 0.08 or 0.05
     worst_edge = high + pad if direction == "min" else low - pad
     for status in ("discard", "keep", "crash", "timeout", "cancelled"):
-        group = [r for r in rows if r.status == status]
+        group = [r for r in shown if r.status == status]
         if not group:
             continue
         ys = [r.metric_value if has_metric(r) else worst_edge for r in group]
         marker = "o" if has_metric(group[0]) else "x"
-        ax.scatter(
-            [r.index for r in group], ys, c=COLOURS[status], marker=marker, s=46, label=status, zorder=3
-        )
-    chain = improvements(rows, direction)
-    if chain:
+        ax.scatter([x(r) for r in group], ys, c=COLOURS[status], marker=marker, s=46, label=status, zorder=3)
+    pooled = [g for g in st.groups.values() if g.n > 1]
+    if pooled:
+        ax.scatter([g.key for g in pooled], [g.mean for g in pooled], c="#222222", marker="_", s=260,
+                   linewidths=1.6, label="mean of a commit's runs", zorder=4)  # fmt: skip
+    if st.chain:
         xs, ys = [], []
-        for n, r in enumerate(chain):
-            xs.append(r.index)
-            ys.append(r.metric_value)
-            nxt = chain[n + 1].index if n + 1 < len(chain) else max(x.index for x in rows)
+        for n, g in enumerate(st.chain):
+            xs.append(g.key)
+            ys.append(g.mean)
+            nxt = st.chain[n + 1].key if n + 1 < len(st.chain) else max(r.index for r in shown)
             xs.append(nxt)
-            ys.append(r.metric_value)
-        ax.plot(xs, ys, color=COLOURS["keep"], linewidth=1.6, alpha=0.8, label="best so far", zorder=2)
-        for r in chain:
+            ys.append(g.mean)
+        label = "best so far (mean of its runs)" if pooled else "best so far"
+        ax.plot(xs, ys, color=COLOURS["keep"], linewidth=1.6, alpha=0.8, label=label, zorder=2)
+        for g in st.chain:
             ax.annotate(
-                Path(r.branch).name,
-                (r.index, r.metric_value),
+                Path(st.first_row(g).branch).name,
+                (g.key, g.mean),
                 textcoords="offset points",
                 xytext=(4, 6),
                 fontsize=7,
             )
-    ax.set_xlabel("experiment index")
+    ax.set_xlabel("experiment index" + (" (reruns in their commit's column)" if pooled else ""))
     ax.set_ylabel(f"{metric} ({'lower' if direction == 'min' else 'higher'} is better)")
-    ax.set_title(title)
+    ax.set_title(title + (f" ({len(st.apart)} of another fingerprint not shown)" if st.apart else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
@@ -291,15 +447,18 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return f"{value:+.6f}" if signed else f"{value:.6f}"
 
 
+def _cell(text: str) -> str:
+    """Text that stays inside one Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def render_markdown(
     campaign, rows: list, chart_name: str, timeline_name: str = "", trace_name: str = ""
 ) -> str:
     s = campaign.settings
     verdict = campaign.verdict()
-    baseline = next((r for r in rows if Path(r.branch).name == "baseline" and has_metric(r)), None)
-    from autoresearch_skills import ledger
-
-    best = ledger.best(rows, s.direction)
+    st = standing(rows, s.direction)
+    found = attempts(rows)
     lines = [f"# Campaign report: {s.name}", ""]
     lines += [
         "## Objective",
@@ -315,20 +474,7 @@ def render_markdown(
         f"**{verdict.line}**",
         "",
     ]
-    lines += ["## Result", ""]
-    if baseline and best:
-        change = best.metric_value - baseline.metric_value
-        rel = f" ({change / baseline.metric_value:+.2%})" if baseline.metric_value else ""
-        lines += [
-            "| | " + s.metric + " | branch |",
-            "|---|---|---|",
-            f"| baseline | {_fmt(baseline.metric_value)} | `{baseline.branch}` |",
-            f"| best | {_fmt(best.metric_value)} | `{best.branch}` @ `{best.commit[:8]}` |",
-            f"| change | {_fmt(change, signed=True)}{rel} | |",
-            "",
-        ]
-    else:
-        lines += ["No kept result yet.", ""]
+    lines += result_section(st, s.metric, s.direction)
     lines += [f"![progress]({chart_name})", ""]
     if timeline_name:
         lines += [
@@ -339,32 +485,166 @@ def render_markdown(
         if trace_name:
             lines += [f"Open [{trace_name}]({trace_name}) in ui.perfetto.dev or chrome://tracing to zoom in."]
         lines += ["", f"![timeline]({timeline_name})", ""]
-    lines += [
-        "## All attempts",
-        "",
-        "| # | status | " + s.metric + " | Δ vs parent | elapsed | description | branch |",
-    ]
-    lines += ["|---|---|---|---|---|---|---|"]
-    for a in attempts(rows):
-        r = a.row
-        value = _fmt(r.metric_value) if has_metric(r) else "-"
-        description = r.description.replace("|", "\\|")
-        lines.append(
-            f"| {r.index} | {r.status} | {value} | {_fmt(a.delta, signed=True)} | {r.elapsed_min:.1f}m | {description} | `{r.branch}` |"
-        )
-    failures = [a for a in attempts(rows) if not has_metric(a.row)]
+    with_notes = any(notes(a.row) for a in found)
+    apart = {r.index for r in st.apart}
+    lines += ["## All attempts", ""]
+    if apart:
+        lines += ["Rows measured under another fingerprint are listed apart, in the next section.", ""]
+    lines += attempt_table([a for a in found if a.row.index not in apart], s.metric, with_notes)
+    if apart:
+        others = ", ".join(f"`{d}`" if d else "none" for d in dict.fromkeys(r.fingerprint for r in st.apart))
+        lines += [
+            "",
+            "## Another fingerprint",
+            "",
+            f"Measured under fingerprint {others} (the rows above: `{st.fingerprint}`): the command, budget, "
+            "hardware, versions or frozen files differ (`fingerprints/<digest>.json` in the campaign folder says "
+            "what), so these rows are never ranked against the rows above and are never an improvement.",
+            "",
+            *attempt_table([a for a in found if a.row.index in apart], s.metric, with_notes),
+        ]
+    failures = [a for a in found if not has_metric(a.row)]
     lines += ["", "## Failures", ""]
     lines += [
         f"- #{a.row.index} `{Path(a.row.branch).name}` ({a.row.status}): {a.diagnosis}" for a in failures
     ] or ["None."]
-    lines += ["", "## Chain of kept improvements", ""]
-    chain = improvements(rows, s.direction)
-    lines += [
-        f"{n}. #{r.index} `{r.branch}`: {_fmt(r.metric_value)} — {r.description}"
-        for n, r in enumerate(chain, 1)
-    ] or ["None."]
+    lines += ["", *chain_section(st, s.direction)]
+    lines += predictions_section(rows, s.metric)
     lines += ["", f"Ledger: `{campaign.ledger}`", ""]
     return "\n".join(lines)
+
+
+def result_section(st: Standing, metric: str, direction: str) -> list[str]:
+    """The noise estimate, then the baseline, the best and the change, each commit by the mean
+    of its runs."""
+    lines = ["## Result", ""]
+    if st.noise_aware:
+        lines += [f"Noise: {st.estimate.describe()}.", ""]
+    best = st.best
+    if best is None:
+        apart = " Rows of another fingerprint are listed apart below." if st.apart else ""
+        return [*lines, f"No kept result yet.{apart}", ""]
+    base_row = next((r for r in st.comparable if Path(r.branch).name == "baseline" and has_metric(r)), None)
+    base = st.groups[st.owner[base_row.index]] if base_row else None
+
+    def value(g: noise.Group) -> str:
+        return _fmt(g.mean) + (f" (mean of {g.n} runs)" if g.n > 1 else "")
+
+    lines += ["| | " + metric + " | branch |", "|---|---|---|"]
+    if base:
+        lines.append(f"| baseline | {value(base)} | `{base_row.branch}` |")
+    lines.append(f"| best | {value(best)} | `{st.first_row(best).branch}` @ `{best.commit[:8]}` |")
+    if base:
+        change = best.mean - base.mean
+        rel = f" ({change / base.mean:+.2%})" if base.mean else ""
+        z = margin(best, base, st.estimate.sigma, direction) if base is not best else None
+        lead = f"; {z:.1f} sigma {'ahead' if z >= 0 else 'behind'}" if z is not None else ""
+        lines.append(f"| change | {_fmt(change, signed=True)}{rel}{lead} | |")
+    lines.append("")
+    if not base:
+        elsewhere = any(Path(r.branch).name == "baseline" and has_metric(r) for r in st.apart)
+        lines += [
+            "The baseline was measured under another fingerprint: the best is not compared with it."
+            if elsewhere
+            else "No baseline row (a `baseline` branch with a metric) to compare with.",
+            "",
+        ]
+    return lines
+
+
+def attempt_table(found: list[Attempt], metric: str, with_notes: bool) -> list[str]:
+    """One line per row. `notes`: reruns, retries and the row's flags (candidate, not comparable);
+    a rerun's description loses its "rerun of #N: " (the notes say it)."""
+    head = [
+        "#",
+        "status",
+        metric,
+        "Δ vs parent",
+        "elapsed",
+        *(["notes"] * with_notes),
+        "description",
+        "branch",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for a in found:
+        r = a.row
+        cells = [
+            str(r.index),
+            r.status,
+            _fmt(r.metric_value) if has_metric(r) else "-",
+            _fmt(a.delta, signed=True),
+            f"{r.elapsed_min:.1f}m",
+            *([_cell(notes(r))] * with_notes),
+            _cell(r.description.removeprefix(f"rerun of #{r.rerun_of}: ") if r.rerun_of else r.description),
+            f"`{r.branch}`",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def chain_section(st: Standing, direction: str) -> list[str]:
+    """The kept commits that each beat every kept commit before them, by the mean of their runs;
+    with the noise known, how many runs and how far ahead of the link before, in sigma."""
+    lines = ["## Chain of kept improvements", ""]
+    if st.noise_aware and st.chain:
+        lines += [
+            "Each commit by the mean of its runs (reruns included); the margin is its lead over the "
+            "link before it, in sigma of the difference of the two means.",
+            "",
+        ]
+    for n, g in enumerate(st.chain, 1):
+        r = st.first_row(g)
+        extra = ""
+        if st.noise_aware:
+            parts = [st.runs_text(g)]
+            z = margin(g, st.chain[n - 2], st.estimate.sigma, direction) if n > 1 else None
+            if z is not None:
+                parts.append(f"{z:.1f} sigma ahead of #{st.chain[n - 2].key}")
+            extra = f" ({'; '.join(parts)})"
+        lines.append(f"{n}. #{g.key} `{r.branch}`: {_fmt(g.mean)}{extra} — {r.description}")
+    if not st.chain:
+        lines.append("None.")
+    dropped = left_out(st)
+    if dropped:
+        lines += ["", "Not in the chain:", ""]
+        lines += [f"- #{r.index} `{Path(r.branch).name}`: {why}" for r, why in dropped]
+    return lines
+
+
+def predictions_section(rows: list, metric: str) -> list[str]:
+    """Rows with a registered prediction: predicted against observed change vs the parent row,
+    and how often the predicted sign was right."""
+    found = predictions(rows)
+    if not found:
+        return []
+    judged = [p for p in found if p.right is not None]
+    right = sum(1 for p in judged if p.right)
+    tally = f"The predicted sign was right {right} of {len(judged)} times"
+    tally += f" ({right / len(judged):.0%})." if judged else "."
+    if len(judged) < len(found):
+        tally += f" {len(found) - len(judged)} not judged (no observed change against a comparable parent)."
+    lines = [
+        "",
+        "## Predictions",
+        "",
+        tally,
+        "",
+        f"| # | experiment | predicted | observed {metric} change | sign |",
+    ]
+    lines.append("|---|---|---|---|---|")
+    for p in found:
+        r = p.attempt.row
+        if p.observed is None:
+            observed = f"- ({p.why})" if p.why else "-"
+        elif p.percent:
+            observed = f"{p.observed:+.2f}% vs #{p.attempt.parent.index}"
+        else:
+            observed = f"{_fmt(p.observed, signed=True)} vs #{p.attempt.parent.index}"
+        sign = "-" if p.right is None else "right" if p.right else "wrong"
+        if p.predicted is None:
+            sign = "- (not a signed number)"
+        lines.append(f"| {r.index} | `{Path(r.branch).name}` | {_cell(r.prediction)} | {observed} | {sign} |")
+    return lines
 
 
 def render_html(markdown_text: str, images: list[Path]) -> str:
@@ -376,7 +656,7 @@ def render_html(markdown_text: str, images: list[Path]) -> str:
     def flush_table() -> None:
         if table:
             cells = [
-                [html.escape(c.strip()) for c in line.strip("|").split("|")]
+                [html.escape(c.strip().replace("\\|", "|")) for c in CELL_BORDER.split(line.strip()[1:-1])]
                 for line in table
                 if not set(line) <= set("|-: ")
             ]
