@@ -4,6 +4,13 @@ row per slot, a bar per run); with `--trace`, also `trace.json`, the same timeli
 trace for Perfetto (ui.perfetto.dev) or chrome://tracing. Reads only the ledger and the campaign
 settings (plus the last lines of failed runs' logs, for their diagnosis).
 
+Noise: results are ranked only among rows of one fingerprint (the latest row's; rows of others
+are listed apart), and a commit is judged by the mean of its runs (`noise.groups`: a rerun is a
+run of its commit, never an improvement of its own). The report gives the campaign's sigma, each
+kept commit's runs and margin in sigma, and the chain of kept commits whose mean beats every kept
+commit before them: a candidate its rerun refuted is not in it. A ledger without the optional
+columns (17 or 15) gives the report it always gave.
+
 Slots: the ledger keeps each run's `started_at`, `ended_at` and `devices` (CUDA_VISIBLE_DEVICES),
 not the slot it ran in, so slots are rebuilt from the intervals: runs in order of start, each to
 a slot free by then, preferring the one whose last run held the same devices, else the
@@ -721,6 +728,14 @@ def write_report(campaign, out_dir: Path | None = None, trace: bool = False) -> 
 @click.option("--json", "as_json", is_flag=True)
 def cli(campaign: str | None, out_dir: Path | None, trace: bool, as_json: bool) -> None:
     """Write report.md, report.html, progress.png and timeline.png for a campaign.
+
+    report.md: the result (the noise estimate, baseline and best by the mean
+    of their runs), every attempt (reruns, retries and flags in its notes),
+    rows of another fingerprint listed apart, failures, the chain of kept
+    improvements (margins in sigma; refuted candidates left out), and
+    predictions (--predict) against the observed change, with a tally of how
+    often the sign was right. progress.png draws reruns in their commit's
+    column and the best so far by the mean of its runs.
 
     timeline.png shows when each run ran: one row per slot (runs in flight at
     once get separate rows), a bar per run coloured by status and labelled with
