@@ -220,7 +220,7 @@ def test_parallel_loop_runs_side_by_side_on_disjoint_devices_each_in_its_own_wor
     repo: Path, launcher: str, server
 ):
     extra = {"tmux_socket": server.name} if launcher == "tmux" else {}
-    queue = lr_queue(6, 2.5)
+    queue = lr_queue(6, 2.0)
     path = write_campaign(repo, queue, parallel=3, gpus="0-5", gpus_per_run=2, launcher=launcher, **extra)
     ars(repo, "campaign", "run", str(path))
 
@@ -356,7 +356,7 @@ def test_resume_after_a_kill_between_the_hypothesis_commit_and_its_state_save_ru
 
 def test_the_deadline_cancels_runs_that_cannot_finish_and_nothing_runs_past_it(repo: Path):
     queue = lr_queue(3, 60.0)
-    path = write_campaign(repo, queue, stop="10s total", parallel=2)
+    path = write_campaign(repo, queue, stop="8s total", parallel=2)
     began = time.time()
     out = ars(repo, "campaign", "run", str(path)).stdout
     deadline = parse_iso(yaml.safe_load((folder(repo) / "campaign.yaml").read_text())["stop"]["deadline"])
@@ -502,8 +502,42 @@ def test_a_row_reaped_while_waiting_for_another_experiment_is_reported_by_the_ne
     still = ars(repo, "exp", "wait", "slow", "--for", "1s", code=0).stdout
     assert "still running: slow" in still
     assert len(rows(repo)) == first_row + 1  # quick was reaped (and recorded) by that wait, but not shown
-    shown = ars(repo, "exp", "wait", "--for", "30s", code=1).stdout
-    assert "experiment: quick" in shown and f"ledger: row {first_row}" in shown
+    try:
+        shown = ars(repo, "exp", "wait", "--for", "30s", code=1).stdout
+        assert "experiment: quick" in shown and f"ledger: row {first_row}" in shown
+    finally:
+        if "slow" in experiments_in_state(repo):
+            ars(repo, "exp", "cancel", "slow", "--reason", "test cleanup", code=None)
+        assert_no_training_left(repo)
+
+
+@pytest.mark.xfail(
+    reason="campaign/experiment.py _start_run: a queued experiment launched after the deadline gets "
+    "limits [per_run_timeout, requested, remaining_seconds=0.0] filtered by truthiness, so the 0 s left "
+    "is dropped and it runs under the per-run limit or DEFAULT_RUN_TIMEOUT (24 h) past the deadline; "
+    "launch_queued does not check the verdict before starting it",
+    strict=True,
+)
+def test_a_queued_experiment_never_runs_past_the_deadline(repo: Path):
+    init_campaign(repo, "--parallel", "1", stop="8s total")
+    ars(repo, "exp", "baseline")
+    start(repo, "a", "0.02", "60")
+    start(repo, "b", "0.05", "60")
+    ars(repo, "exp", "run", "a", "--detach")
+    assert "detached: b (queued)" in ars(repo, "exp", "run", "b", "--detach").stdout
+    deadline = parse_iso(yaml.safe_load((folder(repo) / "campaign.yaml").read_text())["stop"]["deadline"])
+    try:
+        first = ars(repo, "exp", "wait", "--for", "30s", code=1).stdout
+        assert "status: cancelled (the campaign deadline came " in first  # a: cut at the deadline
+        ars(repo, "exp", "wait", "--for", "3s", code=None)  # b, whatever became of it, is reaped
+        row_b = [r for r in rows(repo) if r.branch.endswith("/b")]
+        assert row_b and row_b[0].status == "cancelled" and "deadline" in row_b[0].description
+        for run in all_probes(folder(repo)):
+            assert run.last <= deadline.timestamp() + 1.0, f"{run.log} ran past the deadline"
+    finally:
+        if "b" in experiments_in_state(repo):
+            ars(repo, "exp", "cancel", "b", "--reason", "test cleanup", code=None)
+        assert_no_training_left(repo)
 
 
 def test_with_parallel_1_the_second_experiment_is_queued_and_status_lists_runs_and_queue(repo: Path, server):
