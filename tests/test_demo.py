@@ -25,7 +25,8 @@ def test_demo_runs_a_whole_campaign(tmp_path: Path):
     (scratch,) = tmp_path.glob("run-*")
     folder = scratch / "reports" / "auto_research" / "tiny-lm-demo"
     rows = ledger.read(folder / "results.tsv")
-    assert [Path(r.branch).name for r in rows] == [
+    experiments = [r for r in rows if not r.rerun_of]  # reruns measure the noise of a commit
+    assert [Path(r.branch).name for r in experiments] == [
         "baseline",
         "narrower",
         "lower-lr",
@@ -33,9 +34,10 @@ def test_demo_runs_a_whole_campaign(tmp_path: Path):
         "shallower",
         "deeper",
     ]
-    assert (
-        rows[0].status == "keep" and rows[3].status == "crash" and "must divide WIDTH" in rows[3].description
-    )
+    assert rows[1].rerun_of == "0" and rows[1].sigma  # the baseline ran twice: the noise is known
+    crashed = experiments[3]
+    assert crashed.status == "crash" and "must divide WIDTH" in crashed.description
+    assert all(r.fingerprint == rows[0].fingerprint for r in rows if r.status in ("keep", "discard"))
     assert all(r.metric_value < 8 for r in rows if r.status in ("keep", "discard"))
     assert (folder / "report.md").exists() and (folder / "progress.png").stat().st_size > 10_000
     assert "stop condition met: 6/6 attempted" in result.stdout
