@@ -467,10 +467,11 @@ def wait_cmd(slug, seconds, ref, as_json) -> None:
         seconds=limit,
         progress=None if as_json else _progress(campaign),
         watchers=_watchers(campaign),
+        reporting=keys,  # rows of other experiments stay for the next `ars exp wait`
     )
     mine = [e for e in ended if keys is None or e.key in keys]
     if mine:
-        _report(campaign, ended, as_json)
+        _report(campaign, mine, as_json)
         raise SystemExit(1)
     launched = experiment.launched(settled_state(campaign))
     if as_json:

@@ -474,6 +474,26 @@ def commit(campaign: Campaign, ref: str | None = None, message: str | None = Non
     return _commit(campaign, state, experiment, message)
 
 
+def adopt_unrecorded_commits(campaign: Campaign, state: dict, experiment: dict) -> list[str]:
+    """Commits on the experiment's branch that state.json does not know: the process that made
+    them was killed before saving. They are the experiment's own, so they are adopted, never
+    made again (a second commit of the same change would find nothing to commit)."""
+    from autoresearch_skills import gitflow
+
+    if experiment.get("rerun_of") is not None or not experiment.get("workdir"):
+        return []
+    known = experiment["commits"][-1] if experiment["commits"] else experiment["branch_start"]
+    try:
+        found = gitflow.git(experiment["workdir"], "rev-list", "--reverse", f"{known}..HEAD").split()
+    except gitflow.GitError:
+        return []
+    if found:
+        experiment["commits"] = [*experiment["commits"], *found]
+        experiment["snapshot"] = gitflow.untracked_snapshot(experiment["workdir"])
+        campaign.save_state(state)
+    return found
+
+
 def _commit(campaign: Campaign, state: dict, experiment: dict, message: str | None = None) -> str:
     from autoresearch_skills import gitflow
 
@@ -516,6 +536,7 @@ def request_run(
     with campaign.lock():
         state = settled_state(campaign)
         experiment = select(state, ref, phases=("open",), verb="run")
+        adopt_unrecorded_commits(campaign, state, experiment)
         workdir = Path(experiment["workdir"])
         changed = gitflow.changed_paths(workdir, experiment["snapshot"], _max_bytes(campaign))
         if changed and experiment.get("rerun_of") is not None:
@@ -578,6 +599,14 @@ def launch_queued(campaign: Campaign) -> list[dict]:
         for experiment in list(experiments(state).values()):
             if experiment.get("phase") != "queued":
                 continue
+            verdict = campaign.verdict(state=state, exclude=experiment["key"])
+            if not experiment.get("forced") and not verdict.may_start():
+                # It waited for a slot past what the stop rules allow (the deadline came): its row
+                # says so, and nothing runs past the rules.
+                record(campaign, experiment["key"], status="cancelled",
+                       reason=f"stop condition met before it got a slot ({verdict.line})", reported=False)  # fmt: skip
+                state = settled_state(campaign)
+                continue
             grant = pool.grant(
                 [e for e in experiments(state).values() if e.get("phase") in ("running", "decide")],
                 gpus=(experiment.get("overrides") or {}).get("gpus"),
@@ -608,7 +637,7 @@ def _start_run(campaign: Campaign, state: dict, experiment: dict, grant) -> None
             experiment.get("requested_timeout"),
             verdict.remaining_seconds,
         )
-        if t
+        if t is not None
     ]
     run_timeout = min(limits) if limits else DEFAULT_RUN_TIMEOUT
     workdir = Path(experiment["workdir"])

@@ -395,6 +395,7 @@ class Loop:
                 self.out.event("resume", f"experiment {key}: queued for a slot", key=key)
             else:
                 workdir = Path(record["workdir"])
+                experiment.adopt_unrecorded_commits(self.campaign, state, record)
                 if gitflow.changed_paths(workdir, record["snapshot"]):
                     experiment.commit(self.campaign, key)
                 elif not record["commits"] and record.get("proposal"):
