@@ -49,7 +49,6 @@ by the next `ars blueprint run`.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -57,7 +56,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -91,6 +90,7 @@ from autoresearch_skills.blueprints.resultdir import (
 from autoresearch_skills.campaign.pool import parse_devices
 from autoresearch_skills.clock import format_duration
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.filelock import ReentrantFileLock
 
 SWARM_FILE = "swarm.json"
 LOCK_FILE = ".swarm.lock"
@@ -273,7 +273,7 @@ class Swarm:
         self.say = say
         self.events: list[Event] = []
         self.known_logs: set[str] = set()  # logs whose start lines are in their trial log
-        self._lock_depth = 0
+        self._lock = ReentrantFileLock(self.campaign.folder / LOCK_FILE)
 
     # -- opening ------------------------------------------------------------------
 
@@ -349,24 +349,10 @@ class Swarm:
     def path(self) -> Path:
         return self.campaign.folder / SWARM_FILE
 
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self):
         """Exclusive across processes (reentrant within one): two runners of one swarm never write
         an entry twice, nor open the same blueprint's attempt twice."""
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
-        with open(self.campaign.folder / LOCK_FILE, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            self._lock_depth = 1
-            try:
-                yield
-            finally:
-                self._lock_depth = 0
+        return self._lock()
 
     def _load(self) -> dict:
         try:

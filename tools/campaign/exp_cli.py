@@ -157,6 +157,11 @@ def _run_until_ended(campaign: Campaign, key: str, timeout, as_json: bool, again
     record = experiment.request_run(campaign, key, timeout=timeout)
     if not as_json and not again:
         _announce(record)
+    return _wait_for(campaign, key, as_json)
+
+
+def _wait_for(campaign: Campaign, key: str, as_json: bool) -> list:
+    """Wait (and watch) until experiment `key` has ended; its attempt, as one item or none."""
     ended = scheduler.wait(
         campaign,
         {key},
@@ -186,14 +191,7 @@ def run_and_report(campaign: Campaign, ref: str | None, timeout, force: bool, de
             click.echo(f"detached: {key} ({facts['phase']}); `ars exp wait {key}` reports its row")
             click.echo(campaign.verdict().line)
         return
-    ended = scheduler.wait(
-        campaign,
-        {key},
-        progress=None if as_json else _progress(campaign),
-        reporting={key},
-        watchers=_watchers(campaign),
-    )
-    mine = [e for e in ended if e.key == key]
+    mine = _wait_for(campaign, key, as_json)
     if not mine:
         click.echo(f"{key}: recorded by another command")
         click.echo(campaign.verdict().line)

@@ -14,8 +14,6 @@ names the campaign that `ars exp ...` commands act on when none is given.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -127,7 +125,7 @@ class Settings:
 class Campaign:
     folder: Path
     settings: Settings
-    _lock_depth: int = field(default=0, repr=False, compare=False)
+    _lock: object = field(default=None, repr=False, compare=False)
 
     @property
     def ledger(self) -> Path:
@@ -164,24 +162,14 @@ class Campaign:
         state["updated_at"] = format_iso(now())
         write_text_atomic(self.state_path, json.dumps(state, indent=2) + "\n", backup=True)
 
-    @contextlib.contextmanager
     def lock(self):
         """Exclusive across processes (reentrant within one): recording an attempt is a
         read-check-append-clear sequence that two commands must never interleave."""
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
-        with open(self.folder / ".lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            self._lock_depth = 1
-            try:
-                yield
-            finally:
-                self._lock_depth = 0
+        if self._lock is None:
+            from autoresearch_skills.filelock import ReentrantFileLock
+
+            self._lock = ReentrantFileLock(self.folder / ".lock")
+        return self._lock()
 
     def pause_record(self) -> dict | None:
         """The pause file ({reason, at}), or None while the campaign is not paused. A pause file
