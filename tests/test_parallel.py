@@ -158,9 +158,12 @@ def assert_no_shared_device_or_slot_or_worktree(probes: list[Probe]) -> None:
 
 
 def assert_dense_unique_ledger(table: list[ledger.Row]) -> None:
+    """Indexes 0..n-1; one row per branch, except reruns of a recorded commit (the noise estimate)."""
     assert [r.index for r in table] == list(range(len(table)))
-    branches = [r.branch for r in table]
+    branches = [r.branch for r in table if not r.rerun_of]
     assert len(branches) == len(set(branches)), branches
+    for row in (r for r in table if r.rerun_of):
+        assert table[int(row.rerun_of)].commit == row.commit and int(row.rerun_of) < row.index
 
 
 def campaign_branches(repo: Path) -> set[str]:
@@ -473,6 +476,26 @@ def test_agent_runs_two_experiments_side_by_side_with_detach_and_wait(repo: Path
     assert overlap(run_a, run_b)
     assert (Path(run_a.cwd), Path(run_b.cwd)) == (workdir_a, workdir_b)
     assert_no_training_left(repo)
+
+
+def test_two_waiters_at_once_record_each_run_once_and_show_each_row_once(repo: Path):
+    init_campaign(repo, "--parallel", "2")
+    ars(repo, "exp", "baseline")
+    first_row = len(rows(repo))
+    start(repo, "a", "0.02", "1.0")
+    start(repo, "b", "0.05", "1.0")
+    ars(repo, "exp", "run", "a", "--detach")
+    ars(repo, "exp", "run", "b", "--detach")
+    wait = [sys.executable, "-m", "autoresearch_skills.cli", "exp", "wait", "--for", "30s"]
+    waiters = [subprocess.Popen(wait, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]  # fmt: skip
+    outputs = [waiter.communicate(timeout=60)[0] for waiter in waiters]
+    outputs.append(ars(repo, "exp", "wait", "--for", "30s", code=None).stdout)  # whatever is left
+    table = rows(repo)
+    assert_dense_unique_ledger(table)
+    assert sorted(Path(r.branch).name for r in table[first_row:]) == ["a", "b"]
+    shown = "".join(outputs)
+    assert shown.count("experiment: a\n") == 1 and shown.count("experiment: b\n") == 1, outputs
 
 
 def test_a_row_reaped_while_waiting_for_another_experiment_is_reported_by_the_next_wait(repo: Path):
