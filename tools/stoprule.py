@@ -512,10 +512,11 @@ def evaluate(
     started_at: datetime | None = None,
     in_flight: int = 0,
     in_flight_gpu_hours: float = 0.0,
+    queued: int = 0,
 ) -> Verdict:
     """Judge the ledger rows against the rules. `started_at` fixes a relative budget or clock time
-    (default: the first row's start, else `at`). `in_flight` runs still going count as attempted;
-    `in_flight_gpu_hours` is what they have used so far."""
+    (default: the first row's start, else `at`). `in_flight` runs still going count as attempted
+    (`queued` of them still wait for a slot); `in_flight_gpu_hours` is what they have used so far."""
     if in_flight < 0 or not 0 <= in_flight_gpu_hours < math.inf:
         raise ValueError(f"in_flight {in_flight} and in_flight_gpu_hours {in_flight_gpu_hours} must be >= 0")
     at = at or now()
@@ -537,7 +538,10 @@ def evaluate(
 
     def progress(stopped: bool, time_left: bool = True, gpu: bool = True) -> list[str]:
         """Where the campaign stands, kept in the line after a stop too."""
-        running = f" ({in_flight} {'still running' if stopped else 'running'})" if in_flight else ""
+        going = in_flight - min(queued, in_flight)  # queued ones wait for a slot: counted, not running
+        said = [f"{going} {'still running' if stopped else 'running'}"] if going else []
+        said += [f"{min(queued, in_flight)} queued"] if queued and in_flight else []
+        running = f" ({', '.join(said)})" if said else ""
         repeated = f" (+{reruns} rerun{'s' if reruns > 1 else ''})" if reruns else ""
         parts = [f"{count} attempted{repeated}{running}"]
         if time_left and remaining_s is not None and remaining_s > 0:

@@ -221,6 +221,7 @@ class Campaign:
             at=at,
             started_at=parse_iso(self.settings.created_at),
             in_flight=sum(1 for e in launched if e.get("rerun_of") is None),
+            queued=sum(1 for e in launched if e.get("rerun_of") is None and e.get("phase") == "queued"),
             in_flight_gpu_hours=sum(_gpu_hours_so_far(e) for e in launched),
         )
 
