@@ -137,7 +137,9 @@ def test_the_row_reads_the_metric_from_the_campaigns_metric_source(tmp_path: Pat
     (workdir / "train.py").write_text(JSONL_TRAIN.replace("WRITE = True", "WRITE = False"))
     ars(repo, "exp", "run")
     row = ledger.read(repo / "reports/auto_research/j/results.tsv")[-1]
-    assert row.status == "crash" and "no val_loss from" in row.description and "metrics.jsonl" in row.description
+    assert (
+        row.status == "crash" and "no val_loss from" in row.description and "metrics.jsonl" in row.description
+    )
     assert row.metric_value == 0.0  # never a silent zero result: a crash with the source named
 
 

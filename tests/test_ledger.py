@@ -435,7 +435,9 @@ def test_a_ledger_with_the_17_base_columns_reads_and_appends_in_its_own_columns(
 
 def test_extra_columns_round_trip_and_read_as_numbers(tmp_path):
     path = tmp_path / "results.tsv"
-    ledger.append(path, {"status": "keep", "metric_value": 0.9, "sigma": "0.008", "runs": "2", "flags": "a,b"})
+    ledger.append(
+        path, {"status": "keep", "metric_value": 0.9, "sigma": "0.008", "runs": "2", "flags": "a,b"}
+    )
     (read,) = ledger.read(path)
     assert (read.sigma, read.runs, read.flags) == ("0.008", "2", "a,b")
     assert read.number("sigma") == 0.008

@@ -718,7 +718,9 @@ def test_runs_in_flight_count_as_attempted(tmp_path):
     stopped = stoprule.evaluate(stoprule.parse_text("24 experiments"), rows, at=at(300), in_flight=2)
     assert stopped.line == "stop condition met: 24/24 attempted (2 still running)"
     assert (stopped.should_continue, stopped.running, stopped.attempted) == (False, 2, 24)
-    waiting = stoprule.evaluate(stoprule.parse_text("30 experiments"), rows, at=at(300), in_flight=3, queued=1)
+    waiting = stoprule.evaluate(
+        stoprule.parse_text("30 experiments"), rows, at=at(300), in_flight=3, queued=1
+    )
     assert waiting.line == "stop condition not yet met: 25/30 attempted (2 running, 1 queued)"
 
 
