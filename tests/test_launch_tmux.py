@@ -199,7 +199,12 @@ def test_cancelled_runs_are_reaped_by_the_server_every_time(launcher, server, tm
             RunSpec(command=["sleep", "30"], log_path=tmp_path / f"c{n}.log", timeout=30, grace=0.3, name="c")
         )
         assert launcher.cancel(run).name == "cancelled"
-        wait_until(lambda: not zombies_of(tmux_server), timeout=10, what=f"the server to reap run {n}")
+        # cancel returns once the run file says so; the supervisor may still be exiting then
+        wait_until(
+            lambda: server.pane(run.run_id, "#{pane_dead}") == "1" and not zombies_of(tmux_server),
+            timeout=10,
+            what=f"the server to reap run {n}",
+        )
         assert server.pane(run.run_id, "#{pane_dead_status}") == "130"  # reaped, so tmux knows the status
 
 
