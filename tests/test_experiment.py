@@ -374,3 +374,16 @@ def test_a_paused_campaign_starts_nothing_new_until_resumed(repo: Path):
     assert "campaign paused (checking the data)" in refused.stderr
     ars(repo, "campaign", "resume")
     assert "status: keep" in ars(repo, "exp", "run").stdout
+
+
+def test_a_commit_made_before_a_kill_is_adopted_by_the_next_run_not_made_again(repo: Path):
+    init_campaign(repo)
+    ars(repo, "exp", "baseline")
+    ars(repo, "exp", "start", "closer-lr", "-m", "LR -> 0.02")
+    set_constant(repo, "LR", "0.02")
+    # `ars exp commit` killed after `git commit`, before state.json learned of the commit
+    git(repo, "commit", "-q", "-m", "LR -> 0.02", "--", "train.py")
+    committed = git(repo, "rev-parse", "HEAD")
+    assert "status: keep" in ars(repo, "exp", "run").stdout
+    row = rows(repo)[-1]
+    assert row.commit == committed and git(repo, "rev-parse", "HEAD") == committed

@@ -201,7 +201,9 @@ def test_cancelled_runs_are_reaped_by_the_server_every_time(launcher, server, tm
         assert launcher.cancel(run).name == "cancelled"
         # cancel returns once the run file says so; the supervisor may still be exiting then
         wait_until(
-            lambda: server.pane(run.run_id, "#{pane_dead}") == "1" and not zombies_of(tmux_server),
+            lambda session=run.run_id: (
+                server.pane(session, "#{pane_dead}") == "1" and not zombies_of(tmux_server)
+            ),
             timeout=10,
             what=f"the server to reap run {n}",
         )
