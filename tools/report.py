@@ -128,7 +128,7 @@ class Standing:
 
 
 def standing(rows: list, direction: str) -> Standing:
-    fingerprint = next((r.fingerprint for r in reversed(rows) if r.fingerprint), "")
+    fingerprint = noise.latest_fingerprint(rows) or ""
     comparable = [r for r in rows if r.fingerprint == fingerprint]
     found = noise.groups(comparable)
     owner = {i: g.key for g in found.values() for i in g.indexes}

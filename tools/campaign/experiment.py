@@ -26,8 +26,10 @@ from pathlib import Path
 
 import click
 
+from autoresearch_skills.campaign import judge as judging
+from autoresearch_skills.campaign.judge import run_cwd
 from autoresearch_skills.campaign.store import LAUNCHED, Campaign
-from autoresearch_skills.clock import format_duration, now_iso, parse_iso
+from autoresearch_skills.clock import format_duration, now_iso
 from autoresearch_skills.errors import BadInput
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
@@ -428,7 +430,7 @@ def best_row(campaign: Campaign, rows: list):
     from autoresearch_skills import ledger
     from autoresearch_skills.campaign import noise
 
-    latest = next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
+    latest = noise.latest_fingerprint(rows)
     group = noise.best_group(rows, campaign.settings.direction, fingerprint=latest) if latest else None
     if group is None:
         return ledger.best(rows, campaign.settings.direction)
@@ -441,7 +443,7 @@ def next_rerun(campaign: Campaign, rows: list | None = None, state: dict | None 
     from autoresearch_skills.campaign import noise
 
     rows = campaign.rows() if rows is None else rows
-    latest = next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
+    latest = noise.latest_fingerprint(rows)
     action = noise.next_action(
         rows, campaign.settings.direction, fingerprint=latest, policy=campaign.settings.noise_policy()
     )
@@ -670,7 +672,7 @@ def _start_run(campaign: Campaign, state: dict, experiment: dict, grant) -> None
     spec = RunSpec(
         command=own.get("command") or s.command,
         log_path=log_path,
-        cwd=workdir / own["cwd"] if own.get("cwd") else workdir,
+        cwd=run_cwd(experiment),
         env=env,
         timeout=run_timeout,
         name=own.get("name") or f"{s.name}-{experiment['key'].replace('~', '-')}",
@@ -681,7 +683,7 @@ def _start_run(campaign: Campaign, state: dict, experiment: dict, grant) -> None
     # saving state.json. Adopt that run rather than start the same attempt twice.
     run = Run.load(run_file) if run_file.exists() else launcher_for(campaign).start(spec)
     experiment.update(
-        fingerprint=experiment.get("fingerprint") or fingerprint_of(campaign, experiment),
+        fingerprint=experiment.get("fingerprint") or judging.fingerprint_of(campaign, experiment),
         phase="running",
         commit=gitflow.head_commit(workdir),
         run=asdict(run),
@@ -724,7 +726,7 @@ def cancel(campaign: Campaign, key: str, status: str = "cancelled", reason: str 
         if experiment.get("phase") != "running":
             return None
         run_state = launcher_for(campaign).cancel(Run(**experiment["run"]))
-        experiment["result"] = judge(campaign, experiment, run_state)
+        experiment["result"] = judging.judge(campaign, experiment, run_state)
         if run_state.name != "exited":  # ended by us: say why, in the words of the caller
             experiment["result"].update(status=status, reason=reason)
         campaign.save_state(state)
@@ -742,214 +744,7 @@ def note_warning(campaign: Campaign, key: str, text: str) -> None:
         campaign.save_state(state)
 
 
-# ---------------------------------------------------------------- judging and recording
-
-
-def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
-    """Turn a finished run into a result: status, metric, memory, elapsed, reason."""
-    from autoresearch_skills import metrics
-    from autoresearch_skills.campaign import noise
-    from autoresearch_skills.launch.base import Run
-
-    s = campaign.settings
-    log_path = experiment["run"]["log_path"]
-    value, missing = _read_metric(campaign, experiment, log_path)
-    memory = _safe_extract(metrics, log_path, s.preset, "peak_vram_mb")
-    # A run reaped later than it ended (detached, or adopted after a crash) keeps its own end time.
-    ended_at = Run(**experiment["run"]).reload().ended_at or now_iso()
-    elapsed = (parse_iso(ended_at) - parse_iso(experiment["started_at"])).total_seconds()
-    result = {
-        "metric_value": value,
-        "memory_gb": round(memory[-1].value / 1024, 1) if memory else 0.0,
-        "exit_code": run_state.exit_code,
-        "state": run_state.name,
-        "ended_at": ended_at,
-        "elapsed_min": round(max(0.0, elapsed) / 60, 2),
-    }
-    if run_state.name == "timeout" and experiment.get("deadline_bound"):
-        status, reason = (
-            "cancelled",
-            f"the campaign deadline came {format_duration(experiment['timeout'])} into the run",
-        )
-    elif run_state.name == "timeout":
-        status, reason = "timeout", f"killed at the {format_duration(experiment['timeout'])} limit"
-    elif run_state.name == "cancelled":
-        status, reason = "cancelled", "cancelled"
-    elif run_state.name == "lost":
-        status, reason = "crash", f"runner died ({run_state.detail or 'run lost'})"
-    elif run_state.exit_code not in (0, None):
-        status, reason = "crash", f"exit code {run_state.exit_code}{_last_error(log_path)}"
-    elif result["metric_value"] is None:
-        status, reason = "crash", f"{missing}{_last_error(log_path)}"
-    else:
-        decision = noise.assess(
-            campaign.rows(), result["metric_value"], s.direction, fingerprint=experiment.get("fingerprint"),
-            rerun_of=experiment.get("rerun_of"), policy=s.noise_policy(),
-        )  # fmt: skip
-        status, reason = decision.row_status, decision.reason
-        result["noise"] = decision.ledger_fields()
-        result["decision"] = decision.status
-    result.update(status=status, reason=reason)
-    result.update(_pace(campaign, experiment, log_path))
-    result["flags"] = [
-        *result["flags"],
-        *experiment.get("warnings", []),
-        *_fingerprint_flags(campaign, experiment),
-    ]
-    if (result.get("noise") or {}).get("flags"):
-        result["flags"].insert(0, result["noise"]["flags"])
-    return result
-
-
-def fingerprint_of(campaign: Campaign, experiment: dict) -> str:
-    """What makes this run's result comparable (command, budget, hardware, torch/CUDA, frozen
-    files), saved under fingerprints/<digest>.json; rows of another digest are never ranked with it."""
-    import json
-
-    from autoresearch_skills.atomicfile import write_text_atomic
-    from autoresearch_skills.campaign.fingerprint import fingerprint
-
-    s = campaign.settings
-    own = experiment.get("overrides") or {}
-    found = fingerprint(
-        own.get("command") or s.command,
-        s.stop_rules().per_run_timeout or own.get("timeout"),
-        [Path(p) for p in s.frozen_paths()],
-        experiment["workdir"],
-    )
-    path = campaign.folder / "fingerprints" / f"{found.digest}.json"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps(found.to_dict(), indent=2) + "\n")
-    return found.digest
-
-
-def _fingerprint_flags(campaign: Campaign, experiment: dict) -> list[str]:
-    """Say when earlier finished rows were measured under another fingerprint: they are not ranked
-    against this one (the best is the best among comparable rows)."""
-    import json
-
-    from autoresearch_skills.campaign.fingerprint import Fingerprint, diff
-
-    mine = experiment.get("fingerprint")
-    others = [
-        r
-        for r in campaign.rows()
-        if r.fingerprint and r.fingerprint != mine and r.status in ("keep", "discard")
-    ]
-    if not mine or not others:
-        return []
-    folder = campaign.folder / "fingerprints"
-    try:
-
-        def read(digest: str) -> Fingerprint:
-            return Fingerprint.from_dict(json.loads((folder / f"{digest}.json").read_text()))
-
-        changes = diff(read(others[-1].fingerprint), read(mine))
-    except (OSError, ValueError, KeyError):
-        changes = []
-    what = "; ".join(changes[:2]) or "another fingerprint"
-    return [
-        f"not comparable with #{others[-1].index} ({what}): ranked only against rows of its own fingerprint"
-    ]
-
-
-def _pace(campaign: Campaign, experiment: dict, log_path: str) -> dict:
-    """Steps and throughput the run reports, and whether they are within `comparable_margin` of
-    its parent's: under a wall-clock budget, a run that got half the machine does half the steps
-    and looks worse for reasons that have nothing to do with its idea."""
-    from statistics import median
-
-    from autoresearch_skills import metrics
-
-    s = campaign.settings
-    steps = _safe_extract(metrics, log_path, s.preset, "num_steps")
-    key = s.throughput_key or ("tok/sec" if s.preset == "karpathy" else None)
-    series = []
-    if key:
-        try:
-            series = metrics.extract(log_path, preset=s.preset, metric=key, mode="series")
-        except (BadInput, OSError):
-            series = []
-    pace = {
-        "steps": int(steps[-1].value) if steps else None,
-        "throughput": round(median(x.value for x in series), 1) if series else None,
-        "throughput_key": key,
-        "flags": [],
-    }
-    parent = next(
-        (
-            r
-            for r in reversed(campaign.rows())
-            if r.commit == experiment.get("parent_commit") and (r.steps or r.throughput)
-        ),
-        None,
-    )
-    if parent is None:
-        return pace
-    for name, label in (("steps", "steps"), ("throughput", key or "throughput")):
-        mine, theirs = pace[name], parent.number(name)
-        if mine is None or not theirs:
-            continue
-        drift = (mine - theirs) / theirs
-        if abs(drift) > s.comparable_margin:
-            pace["flags"].append(
-                f"not comparable: {label} {mine:g} vs {theirs:g} for its parent #{parent.index} ({drift:+.0%}); "
-                "a busy machine or the change itself may explain the result"
-            )
-    return pace
-
-
-def _read_metric(campaign: Campaign, experiment: dict, log_path: str) -> tuple[float | None, str]:
-    """The run's metric and, when there is none, why: from the log with the preset, or from the
-    campaign's `metric_source:` (JSONL, TensorBoard, W&B offline, MLflow; last, best or mean-last-N)."""
-    from autoresearch_skills import metrics
-
-    s = campaign.settings
-    if not s.metric_source:
-        samples = _safe_extract(metrics, log_path, s.preset, s.metric)
-        return (samples[-1].value if samples else None), f"no {s.metric} in the log"
-    from autoresearch_skills.sources.reading import read_metric
-
-    overrides = experiment.get("overrides") or {}
-    workdir = (
-        Path(experiment["workdir"]) / overrides["cwd"]
-        if overrides.get("cwd")
-        else Path(experiment["workdir"])
-    )
-    started = parse_iso(experiment["started_at"]).timestamp()
-    try:
-        reading = read_metric(
-            s.metric_source, workdir=workdir, log_path=Path(log_path), metric=s.metric, preset=s.preset,
-            direction=s.direction, started_at=started,
-        )  # fmt: skip
-    except (BadInput, OSError) as err:
-        return None, f"no {s.metric} from the metric source: {err}"
-    if not reading.found:
-        return None, f"no {s.metric} from {reading.source}: {reading.missing}"
-    return reading.value, ""
-
-
-def _safe_extract(metrics, log_path: str, preset: str, name: str) -> list:
-    try:
-        return metrics.extract(log_path, preset=preset, metric=name, mode="last")
-    except (BadInput, OSError):
-        return []
-
-
-def _last_error(log_path: str) -> str:
-    """The line a researcher looks for first: the exception or the last output line."""
-    try:
-        lines = [
-            line.strip()
-            for line in Path(log_path).read_text(errors="replace").splitlines()[-40:]
-            if line.strip()
-        ]
-    except OSError:
-        return ""
-    errors = [line for line in lines if "Error" in line or "Killed" in line or "error:" in line]
-    last = (errors or lines or [""])[-1]
-    return f"; {last[:200]}" if last else ""
+# ---------------------------------------------------------------- recording (judging: judge.py)
 
 
 def finish(campaign: Campaign, key: str, run_state, run_id: str, reported: bool = True):
@@ -961,7 +756,7 @@ def finish(campaign: Campaign, key: str, run_state, run_id: str, reported: bool 
         experiment = experiments(state).get(key) or {}
         if experiment.get("phase") != "running" or experiment.get("run", {}).get("run_id") != run_id:
             return None
-        result = experiment.get("result") or judge(campaign, experiment, run_state)
+        result = experiment.get("result") or judging.judge(campaign, experiment, run_state)
         experiment["result"] = result
         manual = campaign.settings.decide == "manual" and result["status"] in ("keep", "discard")
         experiment["phase"] = "decide" if manual else "running"

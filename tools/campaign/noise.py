@@ -236,6 +236,11 @@ def pooled_sigma(value_lists: list[list[float]], index_lists: list[list[int]] | 
     return Estimate(math.sqrt(squares / dof), dof, runs, len(pooled))
 
 
+def latest_fingerprint(rows) -> str | None:
+    """The fingerprint of the newest row that has one: what a campaign ranks by now."""
+    return next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
+
+
 def best_group(rows, direction: str, fingerprint: str | None = None) -> Group | None:
     """The commit with a keep row whose pooled mean is best; the earliest wins a tie."""
     return _best(groups(rows, fingerprint).values(), direction)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from autoresearch_skills.campaign import experiment
+from autoresearch_skills.campaign.judge import run_cwd
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import now as now_dt
 from autoresearch_skills.clock import parse_iso
@@ -57,11 +57,7 @@ class Watchers:
             if watcher is None:
                 elapsed = (now_dt() - parse_iso(record["started_at"])).total_seconds()
                 overrides = record.get("overrides") or {}
-                workdir = (
-                    Path(record["workdir"]) / overrides["cwd"]
-                    if overrides.get("cwd")
-                    else Path(record["workdir"])
-                )
+                workdir = run_cwd(record)
                 policy = self.policy
                 if overrides.get("watch"):  # a blueprint's own first-step line and timeout
                     policy = s.watch_policy({**(s.watch or {}), **overrides["watch"]})

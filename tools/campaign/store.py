@@ -392,7 +392,7 @@ def status_facts(campaign: Campaign) -> dict:
 
     from autoresearch_skills.campaign import noise
 
-    latest = next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
+    latest = noise.latest_fingerprint(rows)
     estimate = noise.estimate(rows, fingerprint=latest)
     return {
         "name": s.name,

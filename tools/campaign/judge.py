@@ -1,0 +1,220 @@
+"""Judging a finished run: its metric (from the log with the preset, or from `metric_source:`),
+its status and reason (noise-aware: campaign/noise.py), its pace (steps, throughput) against its
+parent's, and its fingerprint, which decides which rows it may be ranked against. Pure reading:
+nothing here writes the ledger or state.json (experiment.py does)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autoresearch_skills.campaign.store import Campaign
+from autoresearch_skills.clock import format_duration, now_iso, parse_iso
+from autoresearch_skills.errors import BadInput
+
+
+def run_cwd(experiment: dict) -> Path:
+    """Where the experiment's command runs: its workdir, or a folder inside it (a blueprint's codebase)."""
+    own = experiment.get("overrides") or {}
+    return Path(experiment["workdir"]) / own["cwd"] if own.get("cwd") else Path(experiment["workdir"])
+
+
+def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
+    """Turn a finished run into a result: status, metric, memory, elapsed, reason."""
+    from autoresearch_skills import metrics
+    from autoresearch_skills.campaign import noise
+    from autoresearch_skills.launch.base import Run
+
+    s = campaign.settings
+    log_path = experiment["run"]["log_path"]
+    value, missing = _read_metric(campaign, experiment, log_path)
+    memory = _safe_extract(metrics, log_path, s.preset, "peak_vram_mb")
+    # A run reaped later than it ended (detached, or adopted after a crash) keeps its own end time.
+    ended_at = Run(**experiment["run"]).reload().ended_at or now_iso()
+    elapsed = (parse_iso(ended_at) - parse_iso(experiment["started_at"])).total_seconds()
+    result = {
+        "metric_value": value,
+        "memory_gb": round(memory[-1].value / 1024, 1) if memory else 0.0,
+        "exit_code": run_state.exit_code,
+        "state": run_state.name,
+        "ended_at": ended_at,
+        "elapsed_min": round(max(0.0, elapsed) / 60, 2),
+    }
+    if run_state.name == "timeout" and experiment.get("deadline_bound"):
+        status, reason = (
+            "cancelled",
+            f"the campaign deadline came {format_duration(experiment['timeout'])} into the run",
+        )
+    elif run_state.name == "timeout":
+        status, reason = "timeout", f"killed at the {format_duration(experiment['timeout'])} limit"
+    elif run_state.name == "cancelled":
+        status, reason = "cancelled", "cancelled"
+    elif run_state.name == "lost":
+        status, reason = "crash", f"runner died ({run_state.detail or 'run lost'})"
+    elif run_state.exit_code not in (0, None):
+        status, reason = "crash", f"exit code {run_state.exit_code}{_last_error(log_path)}"
+    elif result["metric_value"] is None:
+        status, reason = "crash", f"{missing}{_last_error(log_path)}"
+    else:
+        decision = noise.assess(
+            campaign.rows(), result["metric_value"], s.direction, fingerprint=experiment.get("fingerprint"),
+            rerun_of=experiment.get("rerun_of"), policy=s.noise_policy(),
+        )  # fmt: skip
+        status, reason = decision.row_status, decision.reason
+        result["noise"] = decision.ledger_fields()
+        result["decision"] = decision.status
+    result.update(status=status, reason=reason)
+    result.update(_pace(campaign, experiment, log_path))
+    result["flags"] = [
+        *result["flags"],
+        *experiment.get("warnings", []),
+        *_fingerprint_flags(campaign, experiment),
+    ]
+    if (result.get("noise") or {}).get("flags"):
+        result["flags"].insert(0, result["noise"]["flags"])
+    return result
+
+
+def fingerprint_of(campaign: Campaign, experiment: dict) -> str:
+    """What makes this run's result comparable (command, budget, hardware, torch/CUDA, frozen
+    files), saved under fingerprints/<digest>.json; rows of another digest are never ranked with it."""
+    import json
+
+    from autoresearch_skills.atomicfile import write_text_atomic
+    from autoresearch_skills.campaign.fingerprint import fingerprint
+
+    s = campaign.settings
+    own = experiment.get("overrides") or {}
+    found = fingerprint(
+        own.get("command") or s.command,
+        s.stop_rules().per_run_timeout or own.get("timeout"),
+        [Path(p) for p in s.frozen_paths()],
+        experiment["workdir"],
+    )
+    path = campaign.folder / "fingerprints" / f"{found.digest}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(found.to_dict(), indent=2) + "\n")
+    return found.digest
+
+
+def _fingerprint_flags(campaign: Campaign, experiment: dict) -> list[str]:
+    """Say when earlier finished rows were measured under another fingerprint: they are not ranked
+    against this one (the best is the best among comparable rows)."""
+    import json
+
+    from autoresearch_skills.campaign.fingerprint import Fingerprint, diff
+
+    mine = experiment.get("fingerprint")
+    others = [
+        r
+        for r in campaign.rows()
+        if r.fingerprint and r.fingerprint != mine and r.status in ("keep", "discard")
+    ]
+    if not mine or not others:
+        return []
+    folder = campaign.folder / "fingerprints"
+    try:
+
+        def read(digest: str) -> Fingerprint:
+            return Fingerprint.from_dict(json.loads((folder / f"{digest}.json").read_text()))
+
+        changes = diff(read(others[-1].fingerprint), read(mine))
+    except (OSError, ValueError, KeyError):
+        changes = []
+    what = "; ".join(changes[:2]) or "another fingerprint"
+    return [
+        f"not comparable with #{others[-1].index} ({what}): ranked only against rows of its own fingerprint"
+    ]
+
+
+def _pace(campaign: Campaign, experiment: dict, log_path: str) -> dict:
+    """Steps and throughput the run reports, and whether they are within `comparable_margin` of
+    its parent's: under a wall-clock budget, a run that got half the machine does half the steps
+    and looks worse for reasons that have nothing to do with its idea."""
+    from statistics import median
+
+    from autoresearch_skills import metrics
+
+    s = campaign.settings
+    steps = _safe_extract(metrics, log_path, s.preset, "num_steps")
+    key = s.throughput_key or ("tok/sec" if s.preset == "karpathy" else None)
+    series = []
+    if key:
+        try:
+            series = metrics.extract(log_path, preset=s.preset, metric=key, mode="series")
+        except (BadInput, OSError):
+            series = []
+    pace = {
+        "steps": int(steps[-1].value) if steps else None,
+        "throughput": round(median(x.value for x in series), 1) if series else None,
+        "throughput_key": key,
+        "flags": [],
+    }
+    parent = next(
+        (
+            r
+            for r in reversed(campaign.rows())
+            if r.commit == experiment.get("parent_commit") and (r.steps or r.throughput)
+        ),
+        None,
+    )
+    if parent is None:
+        return pace
+    for name, label in (("steps", "steps"), ("throughput", key or "throughput")):
+        mine, theirs = pace[name], parent.number(name)
+        if mine is None or not theirs:
+            continue
+        drift = (mine - theirs) / theirs
+        if abs(drift) > s.comparable_margin:
+            pace["flags"].append(
+                f"not comparable: {label} {mine:g} vs {theirs:g} for its parent #{parent.index} ({drift:+.0%}); "
+                "a busy machine or the change itself may explain the result"
+            )
+    return pace
+
+
+def _read_metric(campaign: Campaign, experiment: dict, log_path: str) -> tuple[float | None, str]:
+    """The run's metric and, when there is none, why: from the log with the preset, or from the
+    campaign's `metric_source:` (JSONL, TensorBoard, W&B offline, MLflow; last, best or mean-last-N)."""
+    from autoresearch_skills import metrics
+
+    s = campaign.settings
+    if not s.metric_source:
+        samples = _safe_extract(metrics, log_path, s.preset, s.metric)
+        return (samples[-1].value if samples else None), f"no {s.metric} in the log"
+    from autoresearch_skills.sources.reading import read_metric
+
+    workdir = run_cwd(experiment)
+    started = parse_iso(experiment["started_at"]).timestamp()
+    try:
+        reading = read_metric(
+            s.metric_source, workdir=workdir, log_path=Path(log_path), metric=s.metric, preset=s.preset,
+            direction=s.direction, started_at=started,
+        )  # fmt: skip
+    except (BadInput, OSError) as err:
+        return None, f"no {s.metric} from the metric source: {err}"
+    if not reading.found:
+        return None, f"no {s.metric} from {reading.source}: {reading.missing}"
+    return reading.value, ""
+
+
+def _safe_extract(metrics, log_path: str, preset: str, name: str) -> list:
+    try:
+        return metrics.extract(log_path, preset=preset, metric=name, mode="last")
+    except (BadInput, OSError):
+        return []
+
+
+def _last_error(log_path: str) -> str:
+    """The line a researcher looks for first: the exception or the last output line."""
+    try:
+        lines = [
+            line.strip()
+            for line in Path(log_path).read_text(errors="replace").splitlines()[-40:]
+            if line.strip()
+        ]
+    except OSError:
+        return ""
+    errors = [line for line in lines if "Error" in line or "Killed" in line or "error:" in line]
+    last = (errors or lines or [""])[-1]
+    return f"; {last[:200]}" if last else ""
