@@ -38,3 +38,19 @@ def make_repo(root: Path, files: dict[str, str]) -> Path:
     git(root, "add", ".")
     git(root, "commit", "-q", "-m", "initial")
     return root
+
+
+def training_processes(repo: Path) -> list[int]:
+    """Pids of fake training (`train.py`) processes running in this repository or its worktrees."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if b"train.py" in cmdline and cwd.startswith(str(repo)):
+            found.append(int(proc.name))
+    return found

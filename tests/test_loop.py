@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from repo_helpers import ars, git, make_repo
+from repo_helpers import ars, git, make_repo, training_processes
 
 from autoresearch_skills import ledger
 from autoresearch_skills.launch.tmuxcmd import Tmux
@@ -205,18 +205,7 @@ def slow_queue(n: int, seconds: float) -> dict:
 
 
 def no_training_processes(repo: Path) -> bool:
-    """No `train.py` process runs in this repository (or its worktree)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            cwd = os.readlink(proc / "cwd")
-        except OSError:
-            continue
-        if b"train.py" in cmdline and cwd.startswith(str(repo)):
-            return False
-    return True
+    return not training_processes(repo)
 
 
 @pytest.mark.parametrize("kill_after", [0.3, 1.2, 2.2, 3.3, 4.4])

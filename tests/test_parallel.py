@@ -10,7 +10,6 @@ concurrency from these intervals, never from what the engine says about itself.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from launch_helpers import wait_until
-from repo_helpers import ars, git, make_repo
+from repo_helpers import ars, git, make_repo, training_processes
 
 from autoresearch_skills import ledger
 from autoresearch_skills.clock import parse_iso
@@ -175,22 +174,6 @@ def experiments_in_state(repo: Path, name: str = "par") -> dict:
         return json.loads((folder(repo, name) / "state.json").read_text()).get("experiments", {})
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
-
-
-def training_processes(repo: Path) -> list[int]:
-    """Pids of fake training processes running in this repository or its worktrees."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            cwd = os.readlink(proc / "cwd")
-        except OSError:
-            continue
-        if b"train.py" in cmdline and cwd.startswith(str(repo)):
-            found.append(int(proc.name))
-    return found
 
 
 def assert_no_training_left(repo: Path) -> None:
