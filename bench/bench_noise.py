@@ -55,7 +55,8 @@ class Tally:
 
 
 def old_campaign(rng: random.Random, changes: list[float], tally: Tally) -> None:
-    """Keep when better than the best kept row, one run each (ledger.best, as `judge` does)."""
+    """Keep when better than the best kept row, one run each (every commit runs once, so the best
+    is the best kept row)."""
     rows: list[Row] = []
     truth = {"base": BASELINE}
 
@@ -68,7 +69,7 @@ def old_campaign(rng: random.Random, changes: list[float], tally: Tally) -> None
         commit = f"c{i}"
         truth[commit] = truth[best.commit] - effect * SIGMA
         value = run(commit)
-        keep = value < best.metric_value
+        keep = value < best.mean
         rows.append(_row(i, commit, value, "keep" if keep else "discard"))
         tally.count(max(changes), effect, keep)
     tally.runs += len(rows)
@@ -101,7 +102,7 @@ def new_campaign(rng: random.Random, changes: list[float], tally: Tally, policy:
         if not pending:
             break
         i, effect = pending.pop(0)
-        best = noise.best_group(rows, "min")
+        best = noise.best(rows, "min")
         commit = f"c{i}"
         truth[commit] = truth[best.commit] - effect * SIGMA
         effects[commit] = effect

@@ -21,6 +21,7 @@ from autoresearch_skills.blueprint import (
     launch_environment,
     new_attempt_log,
     parse,
+    parse_gpus,
     read_flag,
     read_trial_log,
     session_name,
@@ -141,6 +142,43 @@ def test_parse_gives_back_what_new_wrote(project):
     assert bp.issues == []
 
 
+@pytest.mark.parametrize(
+    ("line", "count", "devices"),
+    [
+        ("4", 4, ()),  # a count, as Slurm's --gpus=4
+        ("4 (one node)", 4, ()),  # words after the spec are a comment
+        ("4,5,6,7", 4, (4, 5, 6, 7)),  # device ids, as CUDA_VISIBLE_DEVICES
+        ("4, 5, 6, 7", 4, (4, 5, 6, 7)),
+        ("4-7", 4, (4, 5, 6, 7)),
+        ("4,", 1, (4,)),  # one device alone
+        ("[4]", 1, (4,)),
+        ("CUDA_VISIBLE_DEVICES=4", 1, (4,)),
+        ("`CUDA_VISIBLE_DEVICES=4,5`", 2, (4, 5)),
+    ],
+)
+def test_a_gpus_line_is_a_count_or_device_ids(line, count, devices):
+    spec = parse_gpus(line)
+    assert (spec.count, spec.devices) == (count, devices)
+
+
+def test_new_writes_one_device_so_that_it_reads_back_as_that_device(project):
+    path = project.parent / "one.md"
+    done = ars(
+        "blueprint", "new", "--purpose", "one GPU run", "--codebase", str(project), "--command", "bash run.sh",
+        "--gpus", "[4]", "-o", str(path), cwd=project.parent,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "- gpus: 4,\n" in path.read_text()
+    bp = parse(path)
+    assert (bp.gpus, bp.devices) == (1, (4,))
+    refused = ars(
+        "blueprint", "new", "--purpose", "x", "--codebase", str(project), "--command", "true", "--gpus", "gpu4",
+        "-o", str(project.parent / "two.md"), cwd=project.parent,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert 'gpus gpu4: write "4," or [4] for device 4 alone' in refused.stderr
+
+
 def test_new_writes_the_defaults_and_a_todo_list(project):
     done = ars(
         "blueprint", "new", "--purpose", "baseline run of the math benchmark",
@@ -253,7 +291,9 @@ BROKEN = {
     "missing python": (("- path: {python}\n", "- path: /nonexistent/bin/python\n"), "[exp_venv_exe] /nonexistent/bin/python does not exist"),
     "unparsable max time": (("- max time: 12h", "- max time: until it works"), "[exp_max_time] max time `until it works` does not parse"),
     "first step after max time": (("- max time: 12h", "- max time: 10m"), "the first-step timeout (20m) is not shorter than the max time (10m)"),
-    "bad gpus": (("- gpus: 4", "- gpus: lots"), "[Other Notes] not a GPU count or device list"),
+    "bad gpus": (("- gpus: 4", "- gpus: lots"), "[Other Notes] gpus lots is not a count (4: any four GPUs) or device ids"),
+    "zero gpus": (("- gpus: 4", "- gpus: 0"), '[Other Notes] gpus 0 is a count of zero GPUs; to pin device 0 write "0," or [0]'),
+    "a torch device": (("- gpus: 4", "- gpus: cuda:4"), '[Other Notes] gpus cuda:4: write "4," or [4] for device 4 alone'),
     "no gpus line": (("- gpus: 4\n", ""), "[Other Notes] says nothing about GPUs"),
     "empty command": (("- command: `python -m ajet.launcher --conf tests/math_topk50.yaml`", "- command:"), "[exp_launch_command] the launch command is empty"),
     "command runs another config": (("--conf tests/math_topk50.yaml`", "--conf tests/math_topk20.yaml`"), "passes a config but not math_topk50.yaml"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from repo_helpers import ars, git, make_repo
 
-from autoresearch_skills.campaign import config
+from autoresearch_skills.campaign import config, settings
 from autoresearch_skills.campaign.store import Settings
 from autoresearch_skills.errors import BadInput
 
@@ -104,7 +104,7 @@ def test_every_bad_value_is_named_with_what_it_must_be():
     assert problems == [
         "campaign.yaml: `direction` must be one of min, max (got 'lower')",
         "campaign.yaml: `parallel` must be an integer >= 1 (got 0)",
-        'campaign.yaml: `gpus` must be GPU indexes as "0-7", "0,1,2" or a list of integers (got \'0-x\')',
+        'campaign.yaml: gpus 0-x is not a count (4: any four GPUs) or device ids ("0-7", "0,1,2,3", "4," or [4] for device 4 alone)',
         "campaign.yaml: `noise_margin` must be a number > 0 (got -1)",
         "campaign.yaml: `prune` must be one of off, median, forecast, both (got 'always')",
         "campaign.yaml: `first_step_timeout` must be a duration such as 90s, 20m or 1h30m (got 'soon')",
@@ -117,20 +117,27 @@ def test_every_bad_value_is_named_with_what_it_must_be():
         config.check_types({"parallel": 0}, "campaign.yaml")
 
 
-def test_gpus_read_as_ranges_lists_and_must_cover_the_runs_in_flight():
-    assert config.parse_gpus("0-3,6") == [0, 1, 2, 3, 6]
-    assert config.parse_gpus("0, 1, 2") == [0, 1, 2]
-    assert config.parse_gpus([4, 5]) == [4, 5]
-    assert config.parse_gpus("3-1") is None
-    assert config.parse_gpus(3) is None  # three GPUs, or GPU 3? the user must say
+def test_gpus_is_a_count_or_device_ids_and_must_cover_the_runs_in_flight():
+    assert config.type_problems({"gpus": 4}, "c.yaml") == []  # four GPUs: devices 0-3 in a pool
+    assert config.type_problems({"gpus": "4,", "parallel": 1}, "c.yaml") == []  # device 4 alone
+    assert config.type_problems({"gpus": 0}, "c.yaml") == [
+        'c.yaml: gpus 0 is a count of zero GPUs; to pin device 0 write "0," or [0]'
+    ]
+    assert config.type_problems({"gpus": "cuda:4"}, "c.yaml") == [
+        'c.yaml: gpus cuda:4: write "4," or [4] for device 4 alone (CUDA_VISIBLE_DEVICES=4), '
+        "or 4 for a count of 4 GPUs"
+    ]
     assert config.type_problems({"gpus": "0-3", "parallel": 3, "gpus_per_run": 2}, "c.yaml") == [
-        "c.yaml: `parallel: 3` runs of `gpus_per_run: 2` need 6 GPUs, but `gpus` names 4"
+        "c.yaml: `parallel: 3` runs of `gpus_per_run: 2` need 6 GPUs, but `gpus` holds 4"
+    ]
+    assert config.type_problems({"gpus": 2, "parallel": 3}, "c.yaml") == [
+        "c.yaml: `parallel: 3` runs of `gpus_per_run: 1` need 3 GPUs, but `gpus` holds 2"
     ]
 
 
 def test_every_key_a_user_may_write_appears_in_the_template():
     text = TEMPLATE.read_text()
-    schema = {**config.SCHEMA, **config.POLICY}
+    schema = {**settings.SETTINGS, **settings.POLICY}
     missing = [
         name
         for name, key in schema.items()
@@ -139,14 +146,14 @@ def test_every_key_a_user_may_write_appears_in_the_template():
     assert missing == [], f"add these keys to {TEMPLATE} (commented out is fine)"
 
 
-def test_every_settings_field_is_in_the_schema_with_the_same_default():
-    for field in dataclasses.fields(Settings):
-        assert field.name in config.SCHEMA, f"Settings.{field.name} is not in the campaign.yaml schema"
+def test_every_settings_field_is_a_declared_key_with_its_default():
+    stored = [key for key in settings.SETTINGS.values() if key.stored]
+    assert [f.name for f in dataclasses.fields(Settings)] == [key.name for key in stored]
+    for field, key in zip(dataclasses.fields(Settings), stored):
         default = (
             field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
         )
-        if default is not dataclasses.MISSING:
-            assert config.SCHEMA[field.name].default == default, field.name
+        assert default == (dataclasses.MISSING if key.written else key.default), field.name
 
 
 def test_validate_passes_the_shipped_template_on_the_tiny_lm_target(tmp_path: Path):

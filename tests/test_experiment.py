@@ -78,7 +78,7 @@ def test_baseline_and_three_experiments_give_four_rows_branches_and_verdict(repo
     assert verdict.startswith("stop condition met: 4/4 attempted, ") and verdict.endswith("m remaining")
     # the hand-driven path ends as cleanly as the loop: checkout home, the best result named
     assert "back on main" in last.stdout and git(repo, "branch", "--show-current") == "main"
-    assert "best: #3 val_bpb 1.000000 on autoresearch/t-demo/exact-lr" in last.stdout
+    assert "best: #3 keep val_bpb 1.000000 on autoresearch/t-demo/exact-lr" in last.stdout
     assert "git checkout autoresearch/t-demo/exact-lr" in last.stdout
 
     table = rows(repo)

@@ -80,10 +80,6 @@ def test_stop_with_an_open_baseline_asks_to_run_it(repo):
 
 
 def test_stop_with_a_run_in_flight_asks_to_wait_for_it(repo):
-    from autoresearch_skills.hooks import _exp_has
-
-    if not _exp_has("wait"):
-        pytest.skip("this engine has no `ars exp wait` / `run --detach`")
     (repo / "train.py").write_text("import time; time.sleep(30); print('val_bpb: 1.0')\n")
     git(repo, "commit", "-qam", "slow")
     ars(repo, "exp", "baseline", "--detach")

@@ -314,6 +314,23 @@ def test_bad_flags_are_one_line_and_exit_2(flags, message):
     assert done.stdout == ""
 
 
+def test_ars_watch_and_the_campaign_watcher_share_one_table_of_defaults():
+    from autoresearch_skills.anomalies import WATCH_DEFAULTS
+    from autoresearch_skills.blueprints.reading import DEFAULT_FIRST_STEP_TIMEOUT
+    from autoresearch_skills.runwatch import WatchPolicy
+
+    options, policy = WatchOptions(), WatchPolicy()
+    assert options.stall == policy.stall_after == WATCH_DEFAULTS["stall_after"] == 15 * 60
+    assert options.first_step_timeout == policy.first_step_timeout == WATCH_DEFAULTS["first_step_timeout"]
+    assert DEFAULT_FIRST_STEP_TIMEOUT == WATCH_DEFAULTS["first_step_timeout"]  # a blueprint's own default
+    assert policy.traceback_grace == WATCH_DEFAULTS["traceback_grace"]
+    shown = subprocess.run(
+        [sys.executable, "tools/monitor.py", "--help"], capture_output=True, text=True, cwd=REPO
+    ).stdout
+    assert "'off' [default: 15m]" in " ".join(shown.split())
+    assert "to appear [default: 20m]" in " ".join(shown.split())
+
+
 # ---------------------------------------------------------------- `ars watch RUN` on launched runs
 
 ARS = str(Path(sys.executable).parent / "ars")

@@ -70,8 +70,9 @@ def test_rows_of_another_fingerprint_are_never_pooled_or_ranked_together():
     ]
     assert noise.groups(rows, FP)[0].values == [1.000, 1.002]
     assert {g.fingerprint for g in noise.groups(rows).values()} == {FP, "ffffffffffff"}
-    assert noise.best_group(rows, "min", FP).values == [1.000, 1.002]
-    assert noise.best_group(rows, "min", "ffffffffffff").commit == "lr"
+    assert noise.best(rows, "min", FP).group.values == [1.000, 1.002]
+    assert noise.best(rows, "min", "ffffffffffff").commit == "lr"
+    assert noise.best(rows, "min").commit == "lr"  # the latest row's fingerprint, by default
     assert noise.sigma(rows, FP) == pytest.approx(math.sqrt(0.002**2 / 2))
     assert noise.sigma(rows, "ffffffffffff") is None
 
@@ -265,7 +266,7 @@ def test_a_campaign_ledger_drives_reruns_and_pooled_decisions(tmp_path: Path):
     assert owed().rerun_of == 3 and "candidate" in owed().reason
     confirmed = record("lr", 0.986, rerun_of=3)
     assert confirmed.status == "keep" and confirmed.runs == 2
-    assert noise.best_group(ledger.read(path), "min", FP).key == 3
+    assert noise.best(ledger.read(path), "min").key == 3
     assert owed().rerun_of == 3 and "2 of 3 runs" in owed().reason  # the new best gets its third run
     record("lr", 0.990, rerun_of=3)
     assert owed() is None

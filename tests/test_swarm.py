@@ -234,7 +234,7 @@ def test_codebases_in_two_repositories_are_refused_in_one_line(tmp_path):
 
 def test_a_blueprint_needing_more_gpus_than_the_pool_is_refused(tmp_path):
     repo = make_project(tmp_path, {"alpha": "ok"})
-    done = ars(repo, "blueprint", "run", "blueprints/", "--gpus", "0", code=2)
+    done = ars(repo, "blueprint", "run", "blueprints/", "--gpus", "0,", code=2)  # device 0 alone
     assert "needs 2 GPUs but the swarm's pool (0) has 1" in done.stderr
 
 

@@ -158,6 +158,15 @@ KINDS: tuple[Kind, ...] = (
     ),
 )
 CATALOGUE: dict[str, Kind] = {kind.name: kind for kind in KINDS}
+
+# What a watcher assumes when told nothing, in seconds: `ars watch` (monitor.py) and a campaign's run
+# watcher (runwatch.py, `watch:` in campaign.yaml, whose keys these are) read this one table.
+WATCH_DEFAULTS: dict[str, float] = {
+    "stall_after": 15
+    * 60.0,  # no new output this long while running is a stall; evaluations print nothing for minutes
+    "first_step_timeout": 20 * 60.0,  # AgentJet's: the first training step's line must appear within this
+    "traceback_grace": 2 * 60.0,  # an exception followed by this much silence ended the run
+}
 LINE_KINDS: tuple[Kind, ...] = tuple(kind for kind in KINDS if kind.pattern is not None)
 # Case-sensitive on a lowered line: an IGNORECASE alternation costs ~20x more in `re`.
 _TRIGGER = re.compile("|".join(re.escape(word.lower()) for kind in LINE_KINDS for word in kind.keywords))

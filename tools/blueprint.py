@@ -133,7 +133,10 @@ def cli() -> None:
 )
 @click.option("--max-time", default="24h", show_default=True, help="hard limit of the whole run")
 @click.option(
-    "--gpus", default=str(DEFAULT_GPUS), show_default=True, help="how many GPUs (4), or which (4,5,6,7)"
+    "--gpus",
+    default=str(DEFAULT_GPUS),
+    show_default=True,
+    help="how many GPUs (4), or which devices (4,5,6,7 or 4-7; one device: 4,)",
 )
 @click.option(
     "--first-step-pattern",
@@ -302,7 +305,7 @@ def status_cmd(paths: tuple[Path, ...], ledger: Path | None, as_json: bool) -> N
             parsed[path] = parse(path)
         except BadInput as err:
             parsed[path] = err
-    state: dict = {}
+    in_flight = {}
     if ledger is None:
         candidates = [p / "results.tsv" for p in paths if p.is_dir()] + [Path("results.tsv")]
         ledger = next((c for c in candidates if c.is_file()), None)
@@ -311,7 +314,8 @@ def status_cmd(paths: tuple[Path, ...], ledger: Path | None, as_json: bool) -> N
 
         found = swarm.locate([bp for bp in parsed.values() if isinstance(bp, Blueprint)])
         if found is not None:
-            ledger, state = found.ledger, found.load_state()
+            ledger = found.ledger
+            in_flight = {e.slug: e for e in found.state.read().experiments.values()}
     rows = []
     if ledger is not None and Path(ledger).is_file():
         from autoresearch_skills import ledger as ledger_module
@@ -319,7 +323,6 @@ def status_cmd(paths: tuple[Path, ...], ledger: Path | None, as_json: bool) -> N
         rows = ledger_module.read(ledger)
     from autoresearch_skills import gitflow
 
-    in_flight = {e.get("slug"): e for e in (state.get("experiments") or {}).values()}
     statuses = []
     for path, bp in parsed.items():
         if isinstance(bp, BadInput):
@@ -393,7 +396,9 @@ def finish_cmd(file: Path, final: str, note: str, preset: str, metrics, validati
 @cli.command("run")
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
-    "--gpus", default=None, help="the GPU pool, e.g. 0-7 or 0,1,2,3 [the swarm's; new: all GPUs listed]"
+    "--gpus",
+    default=None,
+    help="the GPU pool: device ids (0-7, 0,1,2,3) or a count (8: devices 0-7) [the swarm's; new: all GPUs listed]",
 )
 @click.option(
     "--parallel", type=int, default=None, help="at most this many blueprints at once [as many as fit]"

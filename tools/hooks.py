@@ -242,20 +242,16 @@ def find_up(cwd: Path, name: str | Path) -> Path | None:
     return root if root and (root / name).is_dir() else None
 
 
-def _state(folder: Path) -> dict:
+def _in_flight(folder: Path) -> list:
+    """The experiments in flight in a campaign folder, read through state.json's owner (loaded
+    only once a campaign is around: the hooks' fast path stays light)."""
+    from autoresearch_skills.campaign.state import StateFile
+    from autoresearch_skills.errors import BadInput
+
     try:
-        data = json.loads((folder / "state.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def in_flight(state: dict) -> list[dict]:
-    """Experiments in flight: `experiments` (a set keyed by slug) and the older single `current`."""
-    found = [e for e in (state.get("experiments") or {}).values() if isinstance(e, dict)]
-    if isinstance(state.get("current"), dict) and state["current"] not in found:
-        found.append(state["current"])
-    return found
+        return list(StateFile(folder).read().experiments.values())
+    except (BadInput, OSError):
+        return []
 
 
 def candidate_folders(root: Path, cwd: Path) -> list[Path]:
@@ -277,7 +273,7 @@ def candidate_folders(root: Path, cwd: Path) -> list[Path]:
             found.append((base / current).resolve())
     with contextlib.suppress(OSError):
         for folder in sorted(p.resolve() for p in base.iterdir() if (p / "campaign.yaml").is_file()):
-            if folder not in found and in_flight(_state(folder)):
+            if folder not in found and _in_flight(folder):
                 found.append(folder)
     return found
 
@@ -297,43 +293,26 @@ def campaign_ref(folder: Path, root: Path, cwd: Path) -> str:
 # ---------------------------------------------------------------- what to do next
 
 
-def _exp_has(command: str) -> bool:
-    """Whether `ars exp` offers `command` (the engine grows: wait, run --detach)."""
-    import importlib
-
-    from autoresearch_skills.cli import COMMANDS
-
-    module, attribute = COMMANDS["exp"][0].split(":")
-    group = getattr(importlib.import_module(module), attribute)
-    return command in getattr(group, "commands", {})
-
-
-def next_step(campaign, rows: list, state: dict, ref: str) -> str:
+def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
     """The command(s) that move the campaign on, from its ledger and what is in flight."""
     flag = f" --campaign {ref}"
-    experiments = in_flight(state)
     many = len(experiments) > 1
     steps = []
-    waiting = [e for e in experiments if e.get("phase") in ("running", "queued")]
+    waiting = [e for e in experiments if e.phase.value in ("running", "queued")]
     if waiting:
-        names = ", ".join(str(e.get("key") or e.get("slug")) for e in waiting)
-        if _exp_has("wait"):
-            steps.append(f"`ars exp wait{flag}` ({names} in flight: it reports each row as its run ends)")
-        else:
-            steps.append(f"`ars exp run{flag}` ({names} running: this adopts it, waits and records its row)")
+        names = ", ".join(e.key for e in waiting)
+        steps.append(f"`ars exp wait{flag}` ({names} in flight: it reports each row as its run ends)")
     for item in experiments:
-        key = str(item.get("key") or item.get("slug"))
-        slug = f" {key}" if many else ""
-        if item.get("phase") == "decide":
-            result = item.get("result") or {}
-            value = result.get("metric_value")
+        slug = f" {item.key}" if many else ""
+        if item.phase.is_finished:
+            value = item.result.metric_value if item.result else None
             shown = f"{campaign.settings.metric} {value}" if value is not None else "its result"
-            steps.append(f'`ars exp mark keep|discard{slug} --reason "..."{flag}` (decide {key}: {shown})')
-        elif item.get("phase") in ("opening", "open") and key == "baseline":
+            steps.append(f'`ars exp mark keep|discard{slug} --reason "..."{flag}` (decide {item.key}: {shown})')
+        elif item.phase.is_open and item.key == "baseline":
             steps.append(f"`ars exp run{slug}{flag}` (runs the baseline: the code as it is)")
-        elif item.get("phase") in ("opening", "open"):
-            where = f" in {item['workdir']}" if item.get("workdir") else ""
-            steps.append(f"edit the files of {key}{where}, then `ars exp run{slug}{flag}`")
+        elif item.phase.is_open:
+            where = f" in {item.workdir}" if item.workdir else ""
+            steps.append(f"edit the files of {item.key}{where}, then `ars exp run{slug}{flag}`")
     if not experiments:
         if not rows:
             steps.append(f"`ars exp baseline{flag}` (the baseline comes first)")
@@ -345,10 +324,10 @@ def next_step(campaign, rows: list, state: dict, ref: str) -> str:
     return "; ".join(steps)
 
 
-def progress_key(rows: list, state: dict) -> str:
+def progress_key(rows: list, experiments: list) -> str:
     """Changes whenever the agent moves the campaign: a new row, an experiment opened, launched,
     finished or decided."""
-    phases = sorted(f"{e.get('key') or e.get('slug')}:{e.get('phase')}" for e in in_flight(state))
+    phases = sorted(f"{e.key}:{e.phase.value}" for e in experiments)
     return f"rows={len(rows)} " + ",".join(phases)
 
 
@@ -410,13 +389,13 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
         if campaign.settings.policy:
             notes.append(f"{name}: the unattended loop drives it (`ars campaign status` to check on it)")
             continue
-        state = campaign.load_state()
+        experiments = list(campaign.state.read().experiments.values())
         rows = campaign.rows()
         verdict = campaign.verdict()
         if not verdict.should_continue:
             notes.append(f"{name}: {verdict.line}")
             continue
-        key = progress_key(rows, state)
+        key = progress_key(rows, experiments)
         counter = _read_counter(folder)
         # a stop right after a user turn starts a new chain; a stop the hook itself caused continues it
         blocks = counter.get("blocks", 0) if chained and counter.get("progress") == key else 0
@@ -434,7 +413,7 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
         ref = campaign_ref(folder, root, cwd)
         reason = (
             f"Campaign {name} is not finished: {verdict.line}. "
-            f"Next: {next_step(campaign, rows, state, ref)}. "
+            f"Next: {next_step(campaign, rows, experiments, ref)}. "
             "Keep going until the verdict says `stop condition met`, and report each result with its verdict "
             "line. If the user asked you to stop, run "
             f'`ars campaign pause --campaign {ref} --reason "..."` and then stop. '
@@ -483,7 +462,7 @@ def session_context(event: dict) -> str | None:
     folders = candidate_folders(root, cwd) if root else []
     campaign = store.load(folders[0]) if folders else None
     sessions = _sessions_root(cwd, root)
-    active = campaign is not None and (in_flight(campaign.load_state()) or campaign.verdict().should_continue)
+    active = campaign is not None and (_in_flight(campaign.folder) or campaign.verdict().should_continue)
     if sessions is None and not active:
         return None
     args = ["resume"]
@@ -513,7 +492,7 @@ def session_context(event: dict) -> str | None:
             )
         elif active:
             ref = campaign_ref(campaign.folder, root, cwd)
-            lines.append(f"next: {next_step(campaign, campaign.rows(), campaign.load_state(), ref)}")
+            lines.append(f"next: {next_step(campaign, campaign.rows(), _in_flight(campaign.folder), ref)}")
     return "\n".join(lines)
 
 
@@ -551,7 +530,7 @@ def checkpoint_before_compaction(event: dict) -> str | None:
     if folders:
         campaign = store.load(folders[0])
         entry += f": campaign {campaign.settings.name}: {campaign.verdict().line}"
-        running = [str(e.get("key") or e.get("slug")) for e in in_flight(campaign.load_state())]
+        running = [e.key for e in _in_flight(campaign.folder)]
         entry += f"; in flight: {', '.join(running) if running else 'nothing'}"
     session.log(entry)
     return entry

@@ -24,6 +24,7 @@ import click
 if not __package__:  # run as `python tools/ledger.py` from a checkout with nothing installed
     import _checkout  # noqa: F401
 
+from autoresearch_skills.campaign import noise
 from autoresearch_skills.clock import now_iso, parse_iso
 from autoresearch_skills.errors import BadInput, run_cli
 
@@ -293,13 +294,11 @@ def _write_all(handle, data: bytes) -> None:
     os.fsync(handle.fileno())
 
 
-def best(rows: Iterable[Row], direction: str = "min") -> Row | None:
-    """The best kept row by metric; earliest wins ties."""
-    kept = [r for r in rows if r.status == "keep"]
-    if not kept:
-        return None
-    pick = min if direction == "min" else max
-    return pick(kept, key=lambda r: r.metric_value)
+def best(rows: Iterable[Row], direction: str = "min") -> noise.Best | None:
+    """The campaign's best result (`noise.best`): among rows of the latest fingerprint, the kept
+    commit whose mean over its runs (reruns included) is best; the earliest wins a tie. In a ledger
+    without commits or reruns, the best kept row. None when nothing is kept yet."""
+    return noise.best(rows, direction)
 
 
 def export(rows: list[Row], fmt: str) -> str:
@@ -451,25 +450,31 @@ def show_cmd(path: Path, statuses: tuple[str, ...], as_json: bool) -> None:
 )
 @click.option("--json", "as_json", is_flag=True)
 def best_cmd(path: Path, direction: str, as_json: bool) -> None:
-    """Print the best kept row. Exit 1 when no row is kept yet.
+    """Print the best result. Exit 1 when no row is kept yet.
+
+    The best is the kept commit whose mean over its runs (reruns pooled by
+    commit and `rerun_of`) is best, among rows of the latest fingerprint; a
+    candidate awaiting its rerun never is. Without commits or reruns: the best
+    kept row. `index` is the commit's first row; --json adds `indexes`, `n`
+    and `mean` (= `metric_value`), the rest from its latest kept row.
 
     \b
     Examples:
       ars ledger best results.tsv --direction min
       ars ledger best results.tsv -d max --json
     """
-    row = best(read(path), direction)
-    if row is None:
+    found = best(read(path), direction)
+    if found is None:
         click.echo("best: none (no kept row yet)", err=True)
         sys.exit(1)
     if as_json:
-        click.echo(json.dumps(row.to_dict(), indent=2))
-    else:
-        click.echo(f"best: {row.metric_name} {row.metric_value:.6f}")
-        click.echo(
-            f"index: {row.index}\nbranch: {escape(row.branch)}\ncommit: {row.commit}\n"
-            f"description: {escape(row.description)}"
-        )
+        click.echo(json.dumps(found.to_dict(), indent=2))
+        return
+    click.echo(f"best: {found.metric_name} {found.mean:.6f}{found.runs_text()}")
+    click.echo(
+        f"index: {found.index}\nstatus: {found.status}\nruns: {found.n}\nbranch: {escape(found.branch)}\n"
+        f"commit: {found.commit}\ndescription: {escape(found.description)}"
+    )
 
 
 @cli.command("export")

@@ -499,7 +499,8 @@ def resume_cmd(root, campaign: str | None, as_json: bool) -> None:
       ars memory resume
       ars memory resume --json
     """
-    from autoresearch_skills.campaign import store as campaign_mod
+    from autoresearch_skills.campaign.status import status_facts
+    from autoresearch_skills.campaign.store import find
 
     repo, branch = _repo_and_branch()
     session = newest(sessions_root(root, repo=repo or None))
@@ -519,7 +520,7 @@ def resume_cmd(root, campaign: str | None, as_json: bool) -> None:
             last_events=session.timeline()[-5:],
         )
     try:
-        facts["campaign"] = campaign_mod.status_facts(campaign_mod.find(campaign))
+        facts["campaign"] = status_facts(find(campaign))
     except BadInput as err:
         if campaign:
             raise

@@ -23,14 +23,12 @@ from pathlib import Path
 
 import click
 
-from autoresearch_skills.anomalies import Anomaly, LogScanner
+from autoresearch_skills.anomalies import WATCH_DEFAULTS, Anomaly, LogScanner
 from autoresearch_skills.clock import format_duration, now_iso, parse_duration, parse_iso
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
 from autoresearch_skills.launch.base import State
 
 DEFAULT_SCHEDULE = (30.0, 60.0, 120.0, 240.0, 480.0, 960.0)  # seconds between status blocks
-DEFAULT_STALL = 600.0  # no new log bytes for this long while running: the "stall" anomaly
-DEFAULT_FIRST_STEP_TIMEOUT = 1200.0  # AgentJet's default: 20 min for the first training step
 DEFAULT_POLL = 1.0  # end-of-run and anomaly checks; cheap (one stat, a few new bytes)
 DEFAULT_TAIL = 15
 SHOWN_METRICS = 12  # a verl step line holds dozens of keys; a human block shows the first few
@@ -51,9 +49,9 @@ VERDICT_EXIT = {
 class WatchOptions:
     schedule: tuple[float, ...] = DEFAULT_SCHEDULE
     every: float | None = None  # after the schedule runs out; None: its last step
-    stall: float | None = DEFAULT_STALL  # None: no stall detection
+    stall: float | None = WATCH_DEFAULTS["stall_after"]  # no new log bytes this long: a stall; None: off
     first_step_pattern: str | None = None  # regex; None: no first-step check
-    first_step_timeout: float = DEFAULT_FIRST_STEP_TIMEOUT
+    first_step_timeout: float = WATCH_DEFAULTS["first_step_timeout"]
     enforce: bool = False  # cancel the run on first-step timeout
     preset: str | None = "generic"  # metric preset for the latest values; None: no metrics
     tail: int = DEFAULT_TAIL
@@ -410,10 +408,18 @@ def options_from_flags(
     "--every", default=None, help="wait between blocks once the schedule is used up [its last step]"
 )
 @click.option(
-    "--stall", default="10m", show_default=True, help="no new output this long is an anomaly; 'off'"
+    "--stall",
+    default=format_duration(WATCH_DEFAULTS["stall_after"]),
+    show_default=True,
+    help="no new output this long is an anomaly; 'off'",
 )
 @click.option("--first-step-pattern", default=None, help="regex of the first training step's line")
-@click.option("--first-step-timeout", default="20m", show_default=True, help="limit for that line to appear")
+@click.option(
+    "--first-step-timeout",
+    default=format_duration(WATCH_DEFAULTS["first_step_timeout"]),
+    show_default=True,
+    help="limit for that line to appear",
+)
 @click.option("--enforce", is_flag=True, help="cancel the run when its first step times out")
 @click.option(
     "--tail", default=DEFAULT_TAIL, type=click.IntRange(0, 1000), show_default=True, help="log lines"

@@ -12,7 +12,8 @@ Two rules, both conservative (they stop a run only when the evidence says it wil
             curves flatten, so a straight line is a bound a healthy run stays inside.
 
 The finished runs are the ledger's kept and discarded rows (their logs); the target defaults to
-the ledger's best kept value when the curve's metric is the ledger's own.
+the campaign's best (`ars ledger best`: the mean of the best kept commit's runs) when the curve's
+metric is the ledger's own.
 Exit codes: 0 = keep going, 1 = stop the run (cancel it), 2 = bad input.
 """
 
@@ -265,7 +266,7 @@ def _ledger_target(ledger_path: Path | None, metric: str, direction: str) -> flo
             f"no target for {metric}: pass --target VALUE (the ledger's best is only used when it "
             f"ranks runs by {metric})"
         )
-    return best.metric_value
+    return best.mean
 
 
 # ---------------------------------------------------------------- command line
@@ -281,7 +282,9 @@ def _ledger_target(ledger_path: Path | None, metric: str, direction: str) -> flo
 @click.option("--preset", default="generic", show_default=True, help="how to read the logs (see ars metric)")
 @click.option("--pattern", help="a regex with one group for the value, instead of a preset")
 @click.option("--final-step", type=float, help="forecast: the step the run ends at")
-@click.option("--target", type=float, help="forecast: the value to beat (default: the ledger's best)")
+@click.option(
+    "--target", type=float, help="forecast: the value to beat (default: the mean of the ledger's best)"
+)
 @click.option("--min-runs", type=click.IntRange(min=1), default=MIN_RUNS, show_default=True,
               help="median: finished runs needed before the rule judges")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="the decisions as one JSON object")

@@ -113,7 +113,7 @@ class Standing:
     apart: list
     groups: dict[int, noise.Group]  # by the index of the commit's first row
     owner: dict[int, int]  # row index -> its commit's group key (a crashed rerun too)
-    best: noise.Group | None
+    best: noise.Best | None  # the one best (`noise.best`), as status, finish and memory show it
     chain: list[noise.Group]  # kept commits whose mean beats every kept commit before them
     estimate: noise.Estimate
     noise_aware: bool  # the ledger records noise (fingerprints, reruns, sigma): say so
@@ -146,7 +146,7 @@ def standing(rows: list, direction: str) -> Standing:
         apart=[r for r in rows if r.fingerprint != fingerprint],
         groups=found,
         owner=owner,
-        best=noise.best_group(comparable, direction),
+        best=noise.best(rows, direction, fingerprint=fingerprint),
         chain=chain,
         estimate=noise.estimate(rows, fingerprint=fingerprint),
         noise_aware=any(r.fingerprint or r.rerun_of or r.sigma or r.runs for r in rows),
@@ -527,10 +527,10 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
     lines = ["## Result", ""]
     if st.noise_aware:
         lines += [f"Noise: {st.estimate.describe()}.", ""]
-    best = st.best
-    if best is None:
+    if st.best is None:
         apart = " Rows of another fingerprint are listed apart below." if st.apart else ""
         return [*lines, f"No kept result yet.{apart}", ""]
+    best = st.best.group
     base_row = next((r for r in st.comparable if Path(r.branch).name == "baseline" and has_metric(r)), None)
     base = st.groups[st.owner[base_row.index]] if base_row else None
 
@@ -540,7 +540,7 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
     lines += ["| | " + metric + " | branch |", "|---|---|---|"]
     if base:
         lines.append(f"| baseline | {value(base)} | `{base_row.branch}` |")
-    lines.append(f"| best | {value(best)} | `{st.first_row(best).branch}` @ `{best.commit[:8]}` |")
+    lines.append(f"| best | {value(best)} | `{st.best.branch}` @ `{st.best.commit[:8]}` |")
     if base:
         change = best.mean - base.mean
         rel = f" ({change / base.mean:+.2%})" if base.mean else ""

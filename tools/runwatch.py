@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoresearch_skills.anomalies import CATALOGUE, LogScanner, diverged
+from autoresearch_skills.anomalies import CATALOGUE, WATCH_DEFAULTS, LogScanner, diverged
 from autoresearch_skills.clock import format_duration, parse_duration
 from autoresearch_skills.errors import BadInput
 
@@ -61,9 +61,6 @@ DEFAULT_ACTIONS: dict[str, str] = {
     "disk_full": "warn",  # fatal when a checkpoint save raises, which the traceback rule catches
 }
 STATUS: dict[str, str] = {"stall": "cancelled", "first_step_timeout": "cancelled", "prune": "cancelled"}
-DEFAULT_STALL = 15 * 60.0
-DEFAULT_FIRST_STEP_TIMEOUT = 20 * 60.0  # AgentJet's default
-DEFAULT_TRACEBACK_GRACE = 2 * 60.0
 PRUNE_EVERY = 5.0  # seconds between pruning judgements (each is cheap; the curve changes slowly)
 ROWS_EVERY = 30.0  # seconds between asks for the ledger's finished runs
 CURVE_SAVE_EVERY = 10.0  # seconds between writes of <log>.curve.json
@@ -102,10 +99,10 @@ class Condemnation:
 @dataclass
 class WatchPolicy:
     actions: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_ACTIONS))
-    stall_after: float | None = DEFAULT_STALL  # None: off
+    stall_after: float | None = WATCH_DEFAULTS["stall_after"]  # None: off
     first_step: str | None = None  # regex; "auto": the first value of the curve; None: off
-    first_step_timeout: float = DEFAULT_FIRST_STEP_TIMEOUT
-    traceback_grace: float = DEFAULT_TRACEBACK_GRACE
+    first_step_timeout: float = WATCH_DEFAULTS["first_step_timeout"]
+    traceback_grace: float = WATCH_DEFAULTS["traceback_grace"]
     curve: str | None = None  # the series watched for NaN, divergence and pruning; None: the metric
     prune: str = "off"
     final_step: float | None = None  # forecast: the step runs end at; None: the longest finished run

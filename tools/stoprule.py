@@ -17,6 +17,11 @@ far come in as `in_flight_gpu_hours`; results (target, patience, failure rate) c
 rows only. A verdict that says stop while runs are in flight means: start nothing new, let the
 running ones finish.
 
+Results are the campaign's own (`noise`): a target is reached when the best (`noise.best`: the
+mean of the best kept commit's runs) reaches it, never by one lucky draw of a discarded or
+candidate row; patience counts attempts since the first run of the latest commit that was kept,
+so a candidate its rerun confirmed is an improvement from its first run on.
+
 Before starting another run, an engine asks `Verdict.may_start()`: the campaign goes on and, under
 a deadline, one more run of `per_run_timeout` still fits before it.
 """
@@ -38,6 +43,7 @@ import click
 if not __package__:  # run as `python tools/stoprule.py` from a checkout with nothing installed
     import _checkout  # noqa: F401
 
+from autoresearch_skills.campaign import noise
 from autoresearch_skills.clock import (
     CLOCK_TIME,
     DURATION_PART,
@@ -532,7 +538,8 @@ def evaluate(
     remaining_s = (parse_iso(rules.deadline) - at).total_seconds() if rules.deadline else None
     gpu_used = gpu_hours_used(rows) + in_flight_gpu_hours if rules.gpu_hours is not None else None
     firsts = [r for r in rows if not getattr(r, "rerun_of", "")]
-    since_keep = next((i for i, r in enumerate(reversed(firsts)) if r.status == "keep"), finished)
+    kept = {g.key for g in noise.groups(rows).values() if g.kept}  # a kept commit's first row
+    since_keep = next((i for i, r in enumerate(reversed(firsts)) if r.index in kept), finished)
     best_value = _best_value(rules, rows)
     count = f"{attempted}/{rules.max_experiments}" if rules.max_experiments is not None else f"{attempted}"
 
@@ -628,16 +635,12 @@ def _first_start(rows: list) -> datetime | None:
 
 
 def _best_value(rules: StopRules, rows: list) -> float | None:
+    """The mean of the best's runs (`noise.best`) among rows of the target's metric."""
     if rules.target is None:
         return None
-    values = [
-        r.metric_value
-        for r in rows
-        if r.status in ("keep", "discard") and r.metric_name in ("", rules.target.metric)
-    ]
-    if not values:
-        return None
-    return min(values) if rules.target.direction == "min" else max(values)
+    measured = [r for r in rows if r.metric_name in ("", rules.target.metric)]
+    best = noise.best(measured, rules.target.direction)
+    return best.mean if best else None
 
 
 # ---------------------------------------------------------------- command line

@@ -88,6 +88,8 @@ from autoresearch_skills.blueprints.resultdir import (
     write_results,
 )
 from autoresearch_skills.campaign.pool import parse_devices
+from autoresearch_skills.campaign.record import Experiment, Overrides, Phase
+from autoresearch_skills.campaign.state import CampaignState
 from autoresearch_skills.clock import format_duration
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.filelock import ReentrantFileLock
@@ -98,7 +100,6 @@ DEFAULT_MAX_ATTEMPTS = 3
 PRESET = "verl"  # AgentJet's console lines are verl's (`step:N - actor/kl_loss:0.01 - ...`)
 DEFAULT_METRIC = "actor/kl_loss"  # every training step prints it; `--metric` names another
 ENDS_BLUEPRINT = ("ok", "timeout")  # verdicts after which a blueprint is over, whatever the count
-LIVE = ("opening", "open", "queued", "running", "decide")
 # Anomalies the engine watches for every run of a swarm (its own watchers, when it has them): stop
 # what cannot recover (a CUDA OOM leaves the other ranks in NCCL's 30-minute timeout), note the rest.
 # Long RL runs go quiet for a long time (validation), so there is no stall rule.
@@ -234,7 +235,7 @@ def resume(ref: str, opts: Options | None = None, say: Callable[[str], None] = l
     swarm.sync()
     for bp in swarm.blueprints():
         record = swarm.record(bp)
-        if record is not None and record.get("phase") in ("opening", "open"):
+        if record is not None and record.phase.is_open:
             swarm.launch(bp, opts)
     swarm.sync()
     if not opts.detach:
@@ -393,13 +394,13 @@ class Swarm:
     def branch(self, bp: Blueprint) -> str:
         return f"{self.campaign.settings.prefix}/{self.key(bp)}"
 
-    def record(self, bp: Blueprint, state: dict | None = None) -> dict | None:
+    def record(self, bp: Blueprint, state: CampaignState | None = None) -> Experiment | None:
         """The blueprint's experiment in flight (any phase), or None."""
         from autoresearch_skills.campaign import experiment
 
         state = state if state is not None else experiment.settled_state(self.campaign)
         key = self.key(bp)
-        found = [r for r in experiment.experiments(state).values() if r.get("slug") == key]
+        found = [r for r in state.experiments.values() if r.slug == key]
         return found[-1] if found else None
 
     # -- starting ------------------------------------------------------------------
@@ -419,17 +420,12 @@ class Swarm:
             )
             return
         if record is not None:
-            if record.get("phase") in ("opening", "open"):  # opened by a runner killed before launching it
+            if record.phase.is_open:  # opened by a runner killed before launching it
                 self._prepare_retry(bp, record)
-                self._request(bp, record["key"])
+                self._request(bp, record.key)
             else:
-                attempt = (record.get("blueprint") or {}).get("attempt")
-                self._event(
-                    "adopted",
-                    bp,
-                    f"{bp.slug}: attempt {attempt} is {record.get('phase')}; following it",
-                    attempt,
-                )
+                attempt = (record.blueprint or {}).get("attempt")
+                self._event("adopted", bp, f"{bp.slug}: attempt {attempt} is {record.phase}; following it", attempt)
             return
         attempts = read_trial_log(bp.result_dir)
         last = attempts[-1] if attempts else None
@@ -483,59 +479,43 @@ class Swarm:
             commit = _snapshot(repo, bp, head, f"blueprint {bp.slug}: {bp.purpose}")
             record = experiment.start(
                 self.campaign, self.key(bp), bp.purpose, parent=head, skip_baseline_check=True,
-                extra={"branch_start": commit, "commits": [commit], "overrides": self._overrides(bp, number), "blueprint": own},
+                branch_start=commit, commits=[commit], overrides=self._overrides(bp, number), blueprint=own,
             )  # fmt: skip
         else:
-            reopen = getattr(experiment, "reopen", None)
-            if reopen is None:
-                raise BadInput(
-                    "this version of the campaign engine cannot open another attempt on a branch; "
-                    f"finish {bp.slug} with `ars blueprint finish` or give it a new name"
-                )
-            record = reopen(self.campaign, self.key(bp), "retry")
-            self._prepare_retry(bp, record, number, fix)
-        self._request(bp, record["key"])
+            record = experiment.reopen(
+                self.campaign, self.key(bp), "retry", overrides=self._overrides(bp, number), blueprint=own
+            )
+            self._prepare_retry(bp, record, fix)
+        self._request(bp, record.key)
 
-    def _prepare_retry(self, bp: Blueprint, record: dict, number: int | None = None, fix: str = "") -> None:
+    def _prepare_retry(self, bp: Blueprint, record: Experiment, fix: str = "") -> None:
         """Make a reopened attempt runnable: its `fix-up:` commit (your checkout as it is now) on the
-        branch in its worktree, and this attempt's run settings. Done once; a runner killed halfway
-        leaves an open record that the next `launch` completes here."""
+        branch in its worktree. The engine adopts that commit as the attempt's own when it is asked
+        to run it; this never edits state.json. Done once: a runner killed halfway leaves an open
+        record whose commit, if it was made, is adopted here instead of made again."""
         from autoresearch_skills import gitflow
         from autoresearch_skills.campaign import experiment
 
-        own = record.get("blueprint") or {}
-        if record.get("commits") and own.get("attempt"):
+        if record.commits or experiment.adopt_commits(self.campaign, record.key):
             return  # ready (a first attempt, or a retry prepared before)
-        number = number or _next_number(bp.result_dir)
-        workdir = Path(record["workdir"])
+        workdir = Path(record.workdir)
         message = f"fix-up: {fix}" if fix else "fix-up: run again as it is"
         commit = _snapshot(self.campaign.repo, bp, gitflow.head_commit(workdir), message)
         gitflow.git(workdir, "merge", "--ff-only", "--quiet", commit)
-        # Until the engine's reopen() takes `extra` as start() does: the same fields start() sets.
-        with self.campaign.lock():
-            state = self.campaign.load_state()
-            held = experiment.experiments(state)[record["key"]]
-            held["commits"] = [*held.get("commits", []), commit]
-            held["snapshot"] = gitflow.untracked_snapshot(workdir)
-            held["overrides"] = self._overrides(bp, number)
-            held["blueprint"] = {"file": str(bp.path.resolve()), "attempt": number}
-            self.campaign.save_state(state)
 
-    def _overrides(self, bp: Blueprint, number: int) -> dict:
+    def _overrides(self, bp: Blueprint, number: int) -> Overrides:
         """This attempt's run settings, which the engine applies at launch (experiment._start_run)."""
         codebase = os.path.relpath(bp.codebase.resolve(), self.campaign.repo.resolve())
-        own = {
-            "command": bp.command,
-            "timeout": bp.max_time_seconds,
-            "env": launch_environment(bp, devices=()),  # the pool pins CUDA_VISIBLE_DEVICES
-            "name": session_name(bp, number),
-            "log_dir": str(bp.result_dir),
-            "gpus": bp.gpus or 1,
-            "watch": {"first_step": re.escape(bp.first_step_pattern), "first_step_timeout": bp.first_step_timeout_seconds},
-        }  # fmt: skip
-        if codebase != ".":
-            own["cwd"] = codebase
-        return own
+        return Overrides(
+            command=bp.command,
+            timeout=bp.max_time_seconds,
+            env=launch_environment(bp, devices=()),  # the pool pins CUDA_VISIBLE_DEVICES
+            name=session_name(bp, number),
+            log_dir=str(bp.result_dir),
+            gpus=bp.gpus or 1,
+            watch={"first_step": re.escape(bp.first_step_pattern), "first_step_timeout": bp.first_step_timeout_seconds},
+            cwd=None if codebase == "." else codebase,
+        )
 
     def _request(self, bp: Blueprint, key: str) -> None:
         from autoresearch_skills.campaign import experiment
@@ -545,10 +525,10 @@ class Swarm:
         except experiment.StopConditionMet as err:
             self._event("paused", bp, f"{bp.slug}: not started: {err.message}")
             return
-        if record.get("phase") == "running":
+        if record.phase is Phase.RUNNING:
             self.sync()  # its start line now, before the next blueprint's
-        elif record.get("phase") == "queued":
-            attempt = (record.get("blueprint") or {}).get("attempt")
+        elif record.phase is Phase.QUEUED:
+            attempt = (record.blueprint or {}).get("attempt")
             self._event(
                 "queued", bp, f"{bp.slug}: attempt {attempt} queued (needs {bp.gpus or 1} GPU(s); starts when they free up)",
                 attempt,
@@ -563,19 +543,18 @@ class Swarm:
         end = None if seconds is None else time.monotonic() + seconds
         while True:
             self.sync()
-            state = experiment.settled_state(self.campaign)
-            if not [r for r in experiment.launched(state) if r.get("blueprint")]:
+            if not [r for r in experiment.settled_state(self.campaign).launched if r.blueprint]:
                 return
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
                 return
             scheduler.wait(self.campaign, None, seconds=left, on_poll=self._poll)
 
-    def _poll(self, running: list[dict]) -> None:
+    def _poll(self, running: list[Experiment]) -> None:
         """After each scheduler tick: write the start lines of runs that just started. (The
         engine's run watchers stop a run with no first step within its blueprint's timeout: the
         blueprint's `watch:` travels with the experiment.)"""
-        if any(r["run"]["log_path"] not in self.known_logs for r in running if r.get("blueprint")):
+        if any(r.run.log_path not in self.known_logs for r in running if r.blueprint):
             self.sync()
 
     # -- recording -----------------------------------------------------------------
@@ -599,7 +578,7 @@ class Swarm:
                     continue
                 self._sync_one(bp, entry, state, rows)
 
-    def _sync_one(self, bp: Blueprint, entry: dict, state: dict, rows: list) -> None:
+    def _sync_one(self, bp: Blueprint, entry: dict, state: CampaignState, rows: list) -> None:
         folder = bp.result_dir
         branch = self.branch(bp)
         mine = [r for r in rows if r.branch == branch]
@@ -607,7 +586,7 @@ class Swarm:
         attempts = {a.log: a for a in read_trial_log(folder) if a.log}
         ended: list[tuple[int, object, _Ending]] = []
 
-        for log in (record or {}).get("lost_runs") or []:
+        for log in record.lost_runs if record else []:
             lost = attempts.get(log)
             if lost is not None and not lost.ended_at:
                 end_attempt(
@@ -646,23 +625,14 @@ class Swarm:
             attempt.ended_at = row.ended_at or "now"
             ended.append((attempt.number, row, ending))
 
-        if record is not None and record.get("phase") == "running":
-            log = record["run"]["log_path"]
+        if record is not None and record.phase is Phase.RUNNING:
+            log = record.run.log_path
             if log not in attempts:
-                number = int((record.get("blueprint") or {}).get("attempt") or 0)
+                number = int((record.blueprint or {}).get("attempt") or 0)
                 if not number or number in {a.number for a in read_trial_log(folder)}:
                     number = _next_number(folder)
-                run = record["run"]
-                devices = ",".join(str(d) for d in record.get("devices") or ())
-                self._start_lines(
-                    bp,
-                    number,
-                    record.get("started_at", ""),
-                    run["run_id"],
-                    devices,
-                    log,
-                    record.get("commit", ""),
-                )
+                devices = ",".join(str(d) for d in record.devices)
+                self._start_lines(bp, number, record.started_at or "", record.run.run_id, devices, log, record.commit or "")
                 where = f" on GPUs {devices}" if devices else ""
                 socket = (
                     f" (tmux -L {self.campaign.settings.tmux_socket})"
@@ -670,7 +640,7 @@ class Swarm:
                     else ""
                 )
                 self._event(
-                    "started", bp, f"{bp.slug}: attempt {number} started in tmux session {run['run_id']}{socket}{where}; log {log}",
+                    "started", bp, f"{bp.slug}: attempt {number} started in tmux session {record.run.run_id}{socket}{where}; log {log}",
                     number,
                 )  # fmt: skip
             self.known_logs.add(log)
@@ -752,7 +722,7 @@ class Swarm:
     def finish(self) -> Report:
         """The report. Once every blueprint is over, say where the worktrees are: they stay, since
         a run's own outputs written by relative path (checkpoints, caches) are only there."""
-        from autoresearch_skills.campaign.experiment import worktrees_dir
+        from autoresearch_skills.campaign.workdirs import worktrees_dir
 
         report = self.report()
         folder = worktrees_dir(self.campaign)
@@ -773,7 +743,7 @@ class Swarm:
             record = self.record(bp, state)
             status = blueprint_status(bp, rows, in_flight=record)
             statuses.append(status)
-            if record is not None and record.get("phase") in LIVE:
+            if record is not None:
                 in_flight.append(bp.slug)
             elif status.state == "between_attempts" and status.status not in ENDS_BLUEPRINT:
                 waiting.append(bp.slug)

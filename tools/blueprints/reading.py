@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autoresearch_skills.campaign.pool import GpuSpec, parse_gpu_spec
 from autoresearch_skills.clock import DURATION_PART, format_duration, parse_duration
 from autoresearch_skills.errors import BadInput
 
@@ -22,6 +23,8 @@ SECTIONS = (
     "exp_launch_command", "exp_result_dir", "exp_max_time",
 )  # fmt: skip
 NOTES = "Other Notes"
+# The spec at the start of a `gpus:` line, before any comment: `4`, `4-7`, `4,5`, `[4, 5]`, `CUDA_VISIBLE_DEVICES=4`
+_GPU_SPEC = re.compile(r"(?:CUDA_VISIBLE_DEVICES\s*=\s*)?(?:\[[\d\s,-]*\]|\d[\d\s,-]*)")
 DEFAULT_MAX_TIME = 24 * 3600.0
 DEFAULT_FIRST_STEP_TIMEOUT = 20 * 60.0
 DEFAULT_FIRST_STEP_PATTERN = "actor/kl_loss:"  # verl and AgentJet print it with every step's metrics
@@ -37,6 +40,7 @@ FINISH_FLAG = "finish.flag"
 FINAL_STATUSES = ("ok", "failed", "timeout", "first_step_timeout", "cancelled", "lost")
 
 _TEMPLATE_HINT = "see templates/blueprint.md"
+_GPU_FIX = "write how many (`- gpus: 4`) or which (`- gpus: 4,5,6,7`; one device: `- gpus: 4,`)"
 _META_KEYS = {
     "description",
     "hint",
@@ -255,23 +259,13 @@ def session_name(blueprint: Blueprint | str, attempt: int = 1) -> str:
     return base if attempt <= 1 else f"{base}_try{attempt}"
 
 
-def parse_gpus(text: str) -> tuple[int, tuple[int, ...]]:
-    """`4` -> (4, ()): four GPUs, any. `4,5,6,7`, `4-7` or `CUDA_VISIBLE_DEVICES=4` pin devices.
-    Raises ValueError."""
+def parse_gpus(text: str) -> GpuSpec:
+    """The GPUs a `gpus:` line asks for, in the one spelling of campaign/pool.py: `4` is four GPUs,
+    any; `4,5,6,7`, `4-7`, `4,` (device 4 alone) or `CUDA_VISIBLE_DEVICES=4,5` pin those devices.
+    Words after the spec are a comment (`4 (one node)`). Raises BadInput naming the right spelling."""
     text = _unquote(text.strip())
-    pinned = re.match(r"^CUDA_VISIBLE_DEVICES\s*=\s*", text)
-    word = text[pinned.end() :].split()[0] if pinned else (text.split() or [""])[0]
-    word = word.rstrip(";,.")
-    if re.fullmatch(r"\d+", word):
-        return (1, (int(word),)) if pinned else (int(word), ())
-    if re.fullmatch(r"\d+(?:,\d+)+", word):
-        devices = tuple(int(part) for part in word.split(","))
-        return len(devices), devices
-    if span := re.fullmatch(r"(\d+)-(\d+)", word):
-        low, high = int(span.group(1)), int(span.group(2))
-        if low <= high:
-            return high - low + 1, tuple(range(low, high + 1))
-    raise ValueError(f"not a GPU count or device list: {text!r} (try `4`, `0,1,2,3` or `4-7`)")
+    spec = _GPU_SPEC.match(text)
+    return parse_gpu_spec(spec.group(0).rstrip(" -") if spec else text)
 
 
 def parse(path: str | Path) -> Blueprint:
@@ -423,17 +417,15 @@ def parse_text(text: str, path: Path) -> Blueprint:
     gpu_item = next((item for item in items.get(NOTES, []) if item.key in ("gpus", "gpu")), None)
     if gpu_item is None:
         if NOTES in found:
-            issue(NOTES, "says nothing about GPUs", "add `- gpus: 4` (how many) or `- gpus: 4,5,6,7` (which)")
+            issue(NOTES, "says nothing about GPUs", _GPU_FIX)
     elif placeholder := _PLACEHOLDER.search(gpu_item.value):
         issue(NOTES, f"gpus is not filled in (still `{placeholder.group()}`)", "write how many: `- gpus: 4`")
     else:
         try:
-            gpus, devices = parse_gpus(gpu_item.value)
-        except ValueError as err:
-            issue(NOTES, str(err), "write how many (`- gpus: 4`) or which (`- gpus: 4,5,6,7`)")
-        if gpus == 0:
-            issue(NOTES, "gpus is 0", "a blueprint needs at least one GPU: `- gpus: 1`")
-            gpus = None
+            spec = parse_gpus(gpu_item.value)
+            gpus, devices = spec.count, spec.devices
+        except BadInput as err:
+            issue(NOTES, err.message, _GPU_FIX)
 
     # Any other line still holding a template placeholder: the writer skipped it.
     for section, section_items in items.items():

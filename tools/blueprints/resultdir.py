@@ -492,11 +492,11 @@ class Status:
 
 
 def blueprint_status(
-    bp: Blueprint, ledger_rows: Sequence | None = None, in_flight: dict | None = None
+    bp: Blueprint, ledger_rows: Sequence | None = None, in_flight=None
 ) -> Status:
     """Where one blueprint stands, from its result dir (finish.flag, trial_log.md, results.md), the
     ledger rows whose log lies in that dir and, in a swarm, its experiment in flight (`in_flight`,
-    the record in the campaign's state.json): queued for GPUs, or running before its start lines
+    the campaign's Experiment record): queued for GPUs, or running before its start lines
     reached the trial log. A row the trial log does not know yet (reaped by `ars exp wait`) shows
     as an ended attempt whose documents the next `ars blueprint run` writes."""
     status = Status(str(bp.path), bp.slug, "queued", gpus=bp.gpus)
@@ -519,15 +519,14 @@ def blueprint_status(
         with contextlib.suppress(ValueError):
             status.attempts = max(status.attempts, int(values.get("attempts", "0")))
         return status
-    phase = (in_flight or {}).get("phase")
+    phase = in_flight.phase.value if in_flight is not None else None
     if phase in ("opening", "open", "queued"):
         return status
     if phase == "running":
-        run = in_flight.get("run") or {}
         status.state = "running"
-        status.attempts = max(status.attempts, int((in_flight.get("blueprint") or {}).get("attempt") or 0))
-        status.session, status.started_at = run.get("run_id", ""), in_flight.get("started_at", "")
-        status.devices = ",".join(str(d) for d in in_flight.get("devices") or ())
+        status.attempts = max(status.attempts, int((in_flight.blueprint or {}).get("attempt") or 0))
+        status.session, status.started_at = in_flight.run.run_id, in_flight.started_at or ""
+        status.devices = ",".join(str(d) for d in in_flight.devices)
         with contextlib.suppress(ValueError, TypeError):
             status.elapsed_s = max(0.0, (now() - parse_iso(status.started_at)).total_seconds())
         return status

@@ -62,10 +62,7 @@ def _complete(spec: Spec) -> Spec:
                 raise ValueError
         except ValueError:
             raise BadInput(f"{what} {value!r} is not a duration: write it as 24h, 12 hours or 20m") from None
-    try:
-        parse_gpus(str(spec.gpus))
-    except ValueError as err:
-        raise BadInput(str(err)) from None
+    gpus = parse_gpus(str(spec.gpus))
     codebase = spec.codebase.expanduser().resolve()
     python = spec.python
     if python is None:
@@ -82,6 +79,7 @@ def _complete(spec: Spec) -> Spec:
         **{
             **asdict(spec),
             "codebase": codebase,
+            "gpus": str(gpus),  # the spelling that reads back the same: 4, 4,5,6,7 or 4,
             "python": Path(os.path.normpath(python.expanduser())),
             "result_dir": Path(os.path.normpath(result_dir.expanduser())),
         }

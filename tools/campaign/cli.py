@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
-from autoresearch_skills.campaign.store import LAUNCHERS, PRESETS, create, find, status_facts
-from autoresearch_skills.errors import run_cli
+from autoresearch_skills.campaign.settings import SETTINGS, Key
+from autoresearch_skills.campaign.status import status_facts
+from autoresearch_skills.campaign.store import create, find
+from autoresearch_skills.errors import BadInput, run_cli
 
 
 @click.group("campaign")
@@ -25,110 +27,62 @@ def cli() -> None:
     """
 
 
+def _declared_options(command: click.Command) -> click.Command:
+    """One option per setting a command line can hold, built from settings.SETTINGS: its spelling
+    (`gpus_per_run` -> `--gpus-per-run`), type, default and help."""
+    for key in reversed([k for k in SETTINGS.values() if k.options]):
+        flags, extra = _click_form(key)
+        option = click.option(*flags, key.name, **{"help": key.help, "required": key.required, **extra})
+        command = option(command)
+    return command
+
+
+def _click_form(key: Key) -> tuple[tuple[str, ...], dict]:
+    kind, default = key.kind, key.default
+    shown = {"default": default, "show_default": True} if isinstance(default, (str, int, float)) else {}
+    if kind.form == "flag":
+        if default:  # on unless switched off
+            flag = key.options[0]
+            return (f"{flag}/--no-{flag[2:]}",), {"default": True, "show_default": True}
+        return key.options, {"is_flag": True}
+    if kind.form == "choice":
+        return key.options, {"type": click.Choice(kind.choices()), **shown}
+    if kind.form == "integer":
+        return key.options, {"type": click.IntRange(min=kind.minimum), **shown}
+    if kind.form == "number":
+        return key.options, {"type": click.FloatRange(min=kind.minimum, min_open=kind.open_minimum), **shown}
+    if kind.form == "paths":
+        return key.options, {"multiple": True, "help": key.help + "; repeat for several"}
+    if kind.form == "folder":
+        return key.options, {"type": click.Path(file_okay=False, path_type=Path)}
+    return key.options, {"type": _Checked(key), **shown}
+
+
+class _Checked(click.ParamType):
+    """A value the declaration's own check accepts (a duration, a GPU spec, a Slurm value ...)."""
+
+    name = "text"
+
+    def __init__(self, key: Key):
+        self.key = key
+
+    def convert(self, value, param, ctx):
+        problem = self.key.problem(value, param.opts[0] if param else None)
+        if problem:
+            raise BadInput(problem)
+        return value
+
+
 @cli.command("init")
 @click.argument("name")
-@click.option("--metric", required=True, help="the metric the ledger ranks by, e.g. val_bpb")
-@click.option(
-    "--direction", type=click.Choice(["min", "max"]), required=True, help="lower or higher is better"
-)
-@click.option("--command", "command", required=True, help='the training command, e.g. "uv run train.py"')
-@click.option("--stop", "stop_text", help='stop rule in words: "24 experiments or 6h total, 10m each"')
-@click.option("--prefix", help="branch prefix (default autoresearch/<YYYYmmdd>-<name>)")
-@click.option("--launcher", type=click.Choice(LAUNCHERS), default="local", show_default=True)
-@click.option(
-    "--preset",
-    type=click.Choice(PRESETS),
-    default="karpathy",
-    show_default=True,
-    help="how to read the metric from the log",
-)
-@click.option(
-    "--strategy",
-    type=click.Choice(["branches", "ratchet"]),
-    default="branches",
-    show_default=True,
-    help="ratchet: one branch, reset on discard (only when asked for)",
-)
-@click.option(
-    "--worktrees",
-    type=click.Choice(["auto", "always", "off"]),
-    default="auto",
-    show_default=True,
-    help="run in a git worktree when the tree has uncommitted changes",
-)
-@click.option(
-    "--decide",
-    type=click.Choice(["auto", "manual"]),
-    default="auto",
-    show_default=True,
-    help="manual: `ars exp mark` writes the row",
-)
-@click.option("--keep-ties", is_flag=True, help="a result equal to the best counts as kept")
-@click.option(
-    "--tmux-socket", "--socket", "tmux_socket", help="private tmux server for the runs (tmux -L NAME)"
-)
-@click.option(
-    "--keep-sessions",
-    type=click.IntRange(min=0),
-    default=5,
-    show_default=True,
-    help="tmux sessions of the latest finished runs left open; older ones are closed (logs stay)",
-)
-@click.option(
-    "--frozen",
-    multiple=True,
-    help="a file no experiment may change (the evaluation, e.g. prepare.py); repeat for several",
-)
-@click.option(
-    "--baseline-repeats",
-    type=click.IntRange(min=1),
-    help="runs of the baseline (and of every new best) that measure the noise (default 3 under 30-min runs)",
-)
-@click.option(
-    "--noise-margin", type=click.FloatRange(min=0, min_open=True), help="sigma a pooled mean must lead by"
-)
-@click.option("--parallel", type=click.IntRange(min=1), help="experiments in flight at once (default 1)")
-@click.option(
-    "--gpus", help='device pool, e.g. "0-7" or "0,1,2,3": each run gets its own CUDA_VISIBLE_DEVICES'
-)
-@click.option(
-    "--gpus-per-run", type=click.IntRange(min=1), help="GPUs per run (from the pool, or asked of Slurm)"
-)
-@click.option(
-    "--dir",
-    "folder",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="campaign folder (default reports/auto_research/<name>)",
-)
+@_declared_options
 @click.option("--json", "as_json", is_flag=True)
-def init_cmd(
-    name,
-    metric,
-    direction,
-    command,
-    stop_text,
-    prefix,
-    launcher,
-    preset,
-    strategy,
-    worktrees,
-    decide,
-    keep_ties,
-    tmux_socket,
-    keep_sessions,
-    frozen,
-    baseline_repeats,
-    noise_margin,
-    parallel,
-    gpus,
-    gpus_per_run,
-    folder,
-    as_json,
-) -> None:
+def init_cmd(name: str, as_json: bool, **values) -> None:
     """Create a campaign: folder, settings, empty ledger, absolute deadline.
 
     Refuses to overwrite an existing campaign. Reports the working tree: uncommitted
     work is never stashed, reset or committed; experiments then run in worktrees.
+    Every option is a campaign.yaml key (references/campaign-settings.md).
 
     \b
     Examples:
@@ -142,12 +96,10 @@ def init_cmd(
     """
     from autoresearch_skills import gitflow
 
-    campaign = create(
-        name, metric, direction, command, stop_text=stop_text, prefix=prefix, launcher=launcher, preset=preset,
-        folder=folder, strategy=strategy, worktrees=worktrees, decide=decide, keep_ties=keep_ties, tmux_socket=tmux_socket,
-        keep_sessions=keep_sessions, parallel=parallel, gpus=gpus, gpus_per_run=gpus_per_run, frozen=list(frozen),
-        baseline_repeats=baseline_repeats, noise_margin=noise_margin,
-    )  # fmt: skip
+    for key, value in values.items():
+        if SETTINGS[key].kind.form == "paths":
+            values[key] = list(value)
+    campaign = create(name, stop_text=values.pop("stop"), **values)
     s = campaign.settings
     tree = gitflow.tree_state(s.repo)
     facts = {
@@ -241,9 +193,9 @@ def finish_cmd(ref: str | None, as_json: bool) -> None:
     from autoresearch_skills.errors import BadInput
 
     campaign = find(ref)
-    in_flight = campaign.load_state().get("experiments", {})
+    in_flight = campaign.state.read().experiments
     if in_flight:
-        listed = ", ".join(f"{k} ({e.get('phase')})" for k, e in in_flight.items())
+        listed = ", ".join(f"{k} ({e.phase})" for k, e in in_flight.items())
         raise BadInput(
             f"experiments in flight: {listed}: wait for running ones (`ars exp wait`) or cancel them "
             "(`ars exp cancel SLUG --reason ...`); close open ones (`ars exp mark cancelled SLUG --reason ...`); then finish"

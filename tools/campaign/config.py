@@ -1,5 +1,5 @@
-"""The schema of campaign.yaml, in one table: every key, how its value is checked, its default,
-and one line that says what it does.
+"""Checking a campaign file: the keys and values settings.SETTINGS declares, and what a campaign
+start would meet (the stop rules, the repository, the files, the policy, the command, the launcher).
 
 Contract:
     check_keys(data, where)     BadInput naming every unknown key and the known key it is closest to:
@@ -9,10 +9,8 @@ Contract:
                                 anything (`ars campaign validate FILE`); [] when there are none
 
 A typo in a key must never be silently ignored: a campaign that runs for a night with the default
-launcher because `launchr: tmux` was misspelt wastes the night. The table serves three readers that
-must stay in step (a test checks it): the validator, `Settings` in store.py (every field is a key
-here, with the same default) and templates/campaign.yaml (every key a user may write appears in it,
-commented out or not).
+launcher because `launchr: tmux` was misspelt wastes the night. The keys, their checks and
+defaults are declared once, in campaign/settings.py.
 
 Limits: the checks read the repository as it is now. A `patch:` proposal is checked for the files it
 touches, not for whether it applies (with `parent: best` it applies to whatever is best by then), and
@@ -27,208 +25,13 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
+from autoresearch_skills.campaign.pool import parse_devices
+from autoresearch_skills.campaign.settings import POLICY, SETTINGS, Key
 from autoresearch_skills.errors import BadInput
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A value check: `test(value)` is True when the value is acceptable; `what` completes
-    "`key` must be ..." in the error."""
-
-    test: Callable[[Any], bool]
-    what: str
-
-
-@dataclass(frozen=True)
-class Key:
-    name: str
-    kind: Kind
-    default: Any
-    doc: str
-    required: bool = False
-    internal: bool = False  # written by `ars` into the campaign folder's copy; users never write it
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def text() -> Kind:
-    return Kind(lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty text")
-
-
-def choice(*options: str) -> Kind:
-    return Kind(lambda v: v in options, "one of " + ", ".join(options))
-
-
-def lazy_choice(options: Callable[[], tuple[str, ...]], what: str) -> Kind:
-    """A choice whose options live in a module this one must not import at load time."""
-    return Kind(lambda v: isinstance(v, str) and v in options(), what)
-
-
-def integer(minimum: int | None = None) -> Kind:
-    what = "an integer" + (f" >= {minimum}" if minimum is not None else "")
-    return Kind(lambda v: _is_int(v) and (minimum is None or v >= minimum), what)
-
-
-def number(above: float | None = None, at_least: float | None = None) -> Kind:
-    what = "a number" + (
-        f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
-    )
-    return Kind(
-        lambda v: _is_number(v) and (above is None or v > above) and (at_least is None or v >= at_least), what
-    )
-
-
-def boolean() -> Kind:
-    return Kind(lambda v: isinstance(v, bool), "true or false")
-
-
-def mapping() -> Kind:
-    return Kind(lambda v: isinstance(v, dict), "a mapping (key: value lines)")
-
-
-def paths() -> Kind:
-    return Kind(
-        lambda v: isinstance(v, list) and all(isinstance(p, str) and p.strip() for p in v),
-        "a list of file paths, e.g. [train.py]",
-    )
-
-
-def duration() -> Kind:
-    def test(value: Any) -> bool:
-        from autoresearch_skills.clock import parse_duration
-
-        try:
-            parse_duration(value)
-        except (ValueError, TypeError):
-            return False
-        return not isinstance(value, bool)
-
-    return Kind(test, "a duration such as 90s, 20m or 1h30m")
-
-
-def command_line() -> Kind:
-    return Kind(
-        lambda v: (
-            (isinstance(v, str) and bool(v.strip()))
-            or (isinstance(v, list) and bool(v) and all(isinstance(p, str) for p in v))
-        ),
-        "a command line (text) or a list of arguments",
-    )
-
-
-def stop_rules() -> Kind:
-    return Kind(
-        lambda v: isinstance(v, (str, dict)),
-        'stop rules in words ("24 experiments or 6h total") or a mapping',
-    )
-
-
-def slurm_value() -> Kind:
-    return Kind(
-        lambda v: (isinstance(v, str) and bool(v.strip())) or _is_int(v), 'a Slurm value such as "64G" or 8'
-    )
-
-
-GPU_RANGES = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
-
-
-def parse_gpus(value: Any) -> list[int] | None:
-    """GPU indexes from "0-7", "0,1,2", "0-3,6" or [0, 1]; None when the value is none of these."""
-    if isinstance(value, list):
-        return list(value) if value and all(_is_int(i) and i >= 0 for i in value) else None
-    if not isinstance(value, str) or not GPU_RANGES.fullmatch(value.replace(" ", "")):
-        return None
-    indexes: list[int] = []
-    for part in value.replace(" ", "").split(","):
-        low, _, high = part.partition("-")
-        if high and int(high) < int(low):
-            return None
-        indexes.extend(range(int(low), int(high or low) + 1))
-    return indexes
-
-
-def gpus() -> Kind:
-    return Kind(lambda v: parse_gpus(v) is not None, 'GPU indexes as "0-7", "0,1,2" or a list of integers')
-
-
-def _launchers() -> tuple[str, ...]:
-    from autoresearch_skills.launch import LAUNCHERS
-
-    return tuple(LAUNCHERS)
-
-
-def _presets() -> tuple[str, ...]:
-    from autoresearch_skills.campaign.store import PRESETS
-
-    return PRESETS
-
-
-# fmt: off
-SCHEMA: dict[str, Key] = {k.name: k for k in [
-    Key("name", text(), None, "campaign name: its folder and the branch prefix autoresearch/<date>-<name>", required=True),
-    Key("metric", text(), None, "the metric the ledger ranks attempts by, e.g. val_bpb", required=True),
-    Key("direction", choice("min", "max"), None, "min: lower is better; max: higher is better", required=True),
-    Key("command", text(), None, "the training command, run in the experiment's checkout", required=True),
-    Key("policy", mapping(), {}, "where the unattended loop's hypotheses come from (see POLICY)", required=True),
-    Key("stop", stop_rules(), {}, "stop rules in words or as a mapping; none: baseline plus three, then stop"),
-    Key("prefix", text(), None, "branch prefix (default autoresearch/<YYYYmmdd>-<name>)"),
-    Key("launcher", lazy_choice(_launchers, "one of local, tmux, slurm"), "local", "where runs start: local, tmux or slurm"),
-    Key("preset", lazy_choice(_presets, "one of karpathy, nemo-rl, verl, agentjet, generic"), "karpathy", "how the metric is read from the run log"),
-    Key("folder", text(), None, "campaign folder (default reports/auto_research/<name>)"),
-    Key("strategy", choice("branches", "ratchet"), "branches", "branches: one branch per hypothesis; ratchet: one branch reset on discard"),
-    Key("worktrees", choice("auto", "always", "off"), "auto", "run in a git worktree when the tree has uncommitted changes (auto), always, or refuse (off)"),
-    Key("decide", choice("auto", "manual"), "auto", "manual: `ars exp mark` writes each row"),
-    Key("keep_ties", boolean(), False, "a result equal to the best counts as kept"),
-    Key("require_baseline", boolean(), True, "experiments wait for a recorded baseline"),
-    Key("tmux_socket", text(), None, "private tmux server (-L name, or -S path) for the tmux launcher"),
-    Key("keep_sessions", integer(0), 5, "tmux sessions of the latest finished runs left open (logs always stay)"),
-    Key("parallel", integer(1), None, "experiments in flight at once (default 1, or as many as fit in `gpus`)"),
-    Key("gpus", gpus(), None, 'the GPU pool runs are pinned to, "0-7", "0,1,2" or a list'),
-    Key("gpus_per_run", integer(1), None, "GPUs each run gets from the pool (default 1)"),
-    Key("baseline_repeats", integer(1), None, "baseline runs, to measure the noise between identical runs (default 3 when runs are under 30 min, else 1); every new best is run as often"),
-    Key("noise_margin", number(above=0), None, "a pooled mean is kept when it leads the best by this many sigma of the difference (default 1.75)"),
-    Key("comparable_margin", number(at_least=0), 0.2, "how far (as a fraction) budgets or throughput may differ for rows to be ranked together"),
-    Key("frozen", paths(), [], "files no experiment may change (the evaluation)"),
-    Key("mutable", paths(), [], "the only files experiments may change"),
-    Key("watch", mapping(), {}, "anomaly checks while a run goes (see `ars watch --help`)"),
-    Key("prune", Kind(lambda v: v in ("off", "median", "forecast", "both") or isinstance(v, bool), "one of off, median, forecast, both"), None, "early stopping: off, median, forecast or both (default: median for runs over 10 min, else off)"),
-    Key("metric_source", mapping(), None, "where the metric comes from when not the run log (jsonl, tensorboard, ...)"),
-    Key("first_step_timeout", duration(), None, "cancel a run that has not logged its first step in this long"),
-    Key("throughput_key", text(), None, "the log key for steps or tokens per second"),
-    Key("max_commit_mb", number(above=0), 5, "new files larger than this stay out of hypothesis commits"),
-    Key("partition", slurm_value(), None, "Slurm partition"),
-    Key("mem", slurm_value(), None, "Slurm memory per run, e.g. 64G"),
-    Key("cpus", slurm_value(), None, "Slurm CPUs per run"),
-    Key("repo", text(), None, "the repository's root", internal=True),
-    Key("created_at", text(), None, "when the campaign started (the deadline is fixed from it)", internal=True),
-    Key("stop_text", Kind(lambda v: isinstance(v, str), "a text"), "", "the stop rules as the user wrote them", internal=True),
-]}
-
-POLICY: dict[str, Key] = {k.name: k for k in [
-    Key("kind", choice("queue", "grid", "random", "command"), None, "queue, grid, random or command", required=True),
-    Key("queue", Kind(lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v), "a list of {slug, description, set or patch}"), [], "queue: the hypotheses, in order"),
-    Key("space", mapping(), {}, "grid and random: UPPER_CASE names and their values"),
-    Key("samples", integer(1), 8, "random: how many draws"),
-    Key("seed", integer(), 0, "random: the seed of the draws"),
-    Key("command", command_line(), None, "command: the external proposer (JSON in on stdin, one proposal out)"),
-    Key("program", text(), "program.md", "command: the research program the proposer reads"),
-    Key("timeout", number(above=0), 900.0, "command: seconds the proposer may think"),
-    Key("mutable", paths(), [], "the only files proposals may change (`set:` edits the first)"),
-    Key("frozen", paths(), [], "files proposals may never change"),
-    Key("parent", text(), "best", "where each experiment branches from: best, baseline or a git ref"),
-]}
-# fmt: on
 
 SECTIONS: dict[str, dict[str, Key]] = {"policy": POLICY}
 STOP_KEYS = (
@@ -244,7 +47,7 @@ def key_problems(data: dict, where: str) -> list[str]:
     """One line per unknown key, top level and inside `policy:`."""
     if not isinstance(data, dict):
         return [f"{where}: must be a mapping of keys to values, not {type(data).__name__}"]
-    problems = _unknown(data, SCHEMA, where, "")
+    problems = _unknown(data, SETTINGS, where, "")
     for section, schema in SECTIONS.items():
         if isinstance(data.get(section), dict):
             problems += _unknown(data[section], schema, where, f"{section}.")
@@ -261,7 +64,7 @@ def _unknown(data: dict, schema: dict[str, Key], where: str, prefix: str) -> lis
             hint = f" (it belongs under `policy:`: `policy.{name}`)"
         elif not prefix and name in STOP_KEYS:
             hint = f" (it belongs under `stop:`: `stop.{name}`)"
-        elif prefix and name in SCHEMA:
+        elif prefix and name in SETTINGS:
             hint = f" (it belongs at the top level, not under `{prefix[:-1]}:`)"
         else:
             close = difflib.get_close_matches(name, list(schema), n=1, cutoff=0.6)
@@ -274,17 +77,18 @@ def type_problems(data: dict, where: str) -> list[str]:
     """One line per value of the wrong type or out of range (keys absent are fine here)."""
     if not isinstance(data, dict):
         return [f"{where}: must be a mapping of keys to values, not {type(data).__name__}"]
-    problems = _wrong(data, SCHEMA, where, "")
+    problems = _wrong(data, SETTINGS, where, "")
     for section, schema in SECTIONS.items():
         if isinstance(data.get(section), dict):
             problems += _wrong(data[section], schema, where, f"{section}.")
-    gpu_list = parse_gpus(data.get("gpus")) if data.get("gpus") is not None else None
-    parallel, per_run = data.get("parallel") or 1, data.get("gpus_per_run") or 1
-    if gpu_list and _is_int(parallel) and _is_int(per_run) and parallel * per_run > len(gpu_list):
-        problems.append(
-            f"{where}: `parallel: {parallel}` runs of `gpus_per_run: {per_run}` need {parallel * per_run} GPUs, "
-            f"but `gpus` names {len(gpu_list)}"
-        )
+    if SETTINGS["gpus"].problem(data.get("gpus")) is None:
+        devices = parse_devices(data.get("gpus"))
+        parallel, per_run = data.get("parallel") or 1, data.get("gpus_per_run") or 1
+        if devices and _is_int(parallel) and _is_int(per_run) and parallel * per_run > len(devices):
+            problems.append(
+                f"{where}: `parallel: {parallel}` runs of `gpus_per_run: {per_run}` need {parallel * per_run} GPUs, "
+                f"but `gpus` holds {len(devices)}"
+            )
     return problems
 
 
@@ -294,16 +98,14 @@ def _wrong(data: dict, schema: dict[str, Key], where: str, prefix: str) -> list[
         key = schema.get(name)
         if key is None:
             continue  # reported by key_problems
-        if value is None and key.default is None and not key.required:
-            continue  # `key:` with nothing after it means "the default", which is none
-        if not key.kind.test(value):
-            problems.append(f"{where}: `{prefix}{name}` must be {key.kind.what} (got {_shown(value)})")
+        problem = key.problem(value, f"`{prefix}{name}`")
+        if problem:
+            problems.append(f"{where}: {problem}")
     return problems
 
 
-def _shown(value: Any) -> str:
-    shown = "nothing" if value is None else repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_keys(data: dict, where: str) -> None:
@@ -318,11 +120,6 @@ def check_types(data: dict, where: str) -> None:
     problems = type_problems(data, where)
     if problems:
         raise BadInput("; ".join(problems))
-
-
-def defaults() -> dict[str, Any]:
-    """Every user-settable key with its default (required keys have none)."""
-    return {k.name: k.default for k in SCHEMA.values() if not k.required and not k.internal}
 
 
 # ---------------------------------------------------------------- the whole file
@@ -370,7 +167,7 @@ def validation(path: Path, cwd: Path) -> Validation:
     if not isinstance(data, dict):
         result.problems.append(f"{where}: must be a mapping (name, metric, direction, command, stop, policy)")
         return result
-    missing = [k.name for k in SCHEMA.values() if k.required and k.name not in data]
+    missing = [k.name for k in SETTINGS.values() if k.required and k.name not in data]
     missing += [f"policy.{k.name}" for k in POLICY.values() if k.required and isinstance(data.get("policy"), dict) and k.name not in data["policy"]]  # fmt: skip
     result.checked.append("required keys")
     result.problems += [f"{where}: lacks `{name}`; see templates/campaign.yaml" for name in missing]
@@ -383,10 +180,10 @@ def validation(path: Path, cwd: Path) -> Validation:
     if repo is not None:
         _check_files(data, repo, where, result)
         _check_policy(data, repo, where, result)
-        if SCHEMA["command"].kind.test(data.get("command")):
+        if SETTINGS["command"].kind.test(data.get("command")):
             _check_command(data["command"], repo, f"{where}: command", result)
     _check_launcher(data, where, result)
-    _check_metric_source(data, repo or cwd, where, result)
+    _check_metric_source(data, where, result)
     _check_watch(data, where, result)
     return result
 
@@ -418,7 +215,7 @@ def _check_repo(data: dict, cwd: Path, where: str, result: Validation) -> Path |
     folder = (
         cwd / data["folder"]
         if isinstance(data.get("folder"), str)
-        else repo / "reports" / "auto_research" / gitflow.slugify(str(name))
+        else repo / CAMPAIGNS_DIR / gitflow.slugify(str(name))
     )
     if (folder / "campaign.yaml").exists():
         result.checked.append(f"continues the campaign in {folder}")
@@ -434,7 +231,7 @@ def _listed(data: dict, key: str) -> list[tuple[str, str]]:
     """(path, where it was named) for `key` at the top level and under `policy:`."""
     found = []
     for label, section in ((key, data), (f"policy.{key}", data.get("policy"))):
-        if isinstance(section, dict) and SCHEMA[key].kind.test(section.get(key, [])):
+        if isinstance(section, dict) and SETTINGS[key].kind.test(section.get(key, [])):
             found += [(p, label) for p in section.get(key) or []]
     return found
 
@@ -649,7 +446,7 @@ LAUNCHER_PROGRAMS = {"tmux": ("tmux",), "slurm": ("sbatch", "scontrol")}
 
 def _check_launcher(data: dict, where: str, result: Validation) -> None:
     launcher = data.get("launcher", "local")
-    if not SCHEMA["launcher"].kind.test(launcher):
+    if not SETTINGS["launcher"].kind.test(launcher):
         return  # reported as a type problem
     result.checked.append(f"launcher {launcher}")
     for program in LAUNCHER_PROGRAMS.get(launcher, ()):
@@ -671,22 +468,15 @@ def _check_watch(data: dict, where: str, result: Validation) -> None:
         result.problems.append(f"{where}: {err.message}")
 
 
-def _check_metric_source(data: dict, cwd: Path, where: str, result: Validation) -> None:
-    """A file metric source is checked by the sources package when that package can check it."""
+def _check_metric_source(data: dict, where: str, result: Validation) -> None:
+    """`metric_source:` as the sources package reads it (its kind and keys)."""
+    from autoresearch_skills.sources import validate_source
+
     source = data.get("metric_source")
     if not isinstance(source, dict):
         return
-    try:
-        from autoresearch_skills.sources import validate_source
-    except ImportError:
-        return  # this version reads no metric sources beyond the run log: nothing to check
-    import inspect
-
     result.checked.append("metric source")
-    takes_cwd = len(inspect.signature(validate_source).parameters) >= 2
     try:
-        found = validate_source(source, cwd) if takes_cwd else validate_source(source)
+        validate_source(source)
     except BadInput as err:
-        found = [err.message]
-    for problem in found or []:
-        result.problems.append(f"{where}: metric_source: {problem}")
+        result.problems.append(f"{where}: metric_source: {err.message}")

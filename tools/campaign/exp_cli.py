@@ -8,12 +8,17 @@ Exit codes, everywhere: 0 done (a row was written, whatever its status; or still
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import click
 
 from autoresearch_skills.campaign import experiment, scheduler
 from autoresearch_skills.campaign.experiment import StopConditionMet, select, settled_state
-from autoresearch_skills.campaign.store import Campaign, find, in_flight_facts
+from autoresearch_skills.campaign.finish import finished, wrap_up
+from autoresearch_skills.campaign.record import Experiment, Phase, Result
+from autoresearch_skills.campaign.status import in_flight_facts
+from autoresearch_skills.campaign.store import Campaign, find
+from autoresearch_skills.campaign.watch import Watchers
 from autoresearch_skills.clock import format_duration, parse_duration
 from autoresearch_skills.errors import BadInput, run_cli
 
@@ -29,30 +34,24 @@ def _duration(text: str | None, option: str = "--timeout") -> float | None:
         raise BadInput(f"{option}: {err}") from None
 
 
-def _result_facts(campaign: Campaign, ended: scheduler.Ended) -> dict:
-    return {"key": ended.key, "result": ended.result, "row": ended.row.to_dict() if ended.row else None}
+def _result_facts(ended: scheduler.Ended) -> dict:
+    return {"key": ended.key, "result": asdict(ended.result), "row": ended.row.to_dict() if ended.row else None}
 
 
 def _print_ended(campaign: Campaign, ended: scheduler.Ended) -> None:
     s = campaign.settings
     result, row = ended.result, ended.row
-    value = f"{result['metric_value']:.6f}" if result.get("metric_value") is not None else "none"
+    value = f"{result.metric_value:.6f}" if result.metric_value is not None else "none"
     click.echo(f"experiment: {ended.key}")
     click.echo(f"{s.metric}: {value}")
-    decided = result.get("decision")
-    shown = (
-        "candidate (written as discard until a rerun confirms it)"
-        if decided == "candidate"
-        else result["status"]
-    )
-    click.echo(f"status: {shown} ({result['reason']})")
-    click.echo(f"elapsed: {result['elapsed_min']:.2f} min")
-    if result.get("steps") is not None or result.get("throughput") is not None:
-        pace = [f"{result['steps']} steps" if result.get("steps") is not None else None]
-        if result.get("throughput") is not None:
-            pace.append(f"{result['throughput']:g} {result.get('throughput_key') or 'throughput'} (median)")
+    click.echo(f"status: {result.shown_status()} ({result.reason})")
+    click.echo(f"elapsed: {result.elapsed_min:.2f} min")
+    if result.steps is not None or result.throughput is not None:
+        pace = [f"{result.steps} steps" if result.steps is not None else None]
+        if result.throughput is not None:
+            pace.append(f"{result.throughput:g} {result.throughput_key or 'throughput'} (median)")
         click.echo(f"pace: {', '.join(p for p in pace if p)}")
-    for flag in result.get("flags") or []:
+    for flag in result.flags:
         click.echo(f"warning: {flag}")
     if row is None:
         click.echo(
@@ -71,12 +70,7 @@ def _rows_as_ended(campaign: Campaign, indexes: list[int]) -> list[scheduler.End
             continue
         reason = row.description.rsplit("[", 1)[-1].rstrip("]") if "[" in row.description else row.status
         metric = row.metric_value if row.status in ("keep", "discard") else None
-        result = {
-            "metric_value": metric,
-            "status": row.status,
-            "reason": reason,
-            "elapsed_min": row.elapsed_min,
-        }
+        result = Result(status=row.status, reason=reason, metric_value=metric, elapsed_min=row.elapsed_min)
         out.append(scheduler.Ended(row.branch.rsplit("/", 1)[-1], result, row))
     return out
 
@@ -87,15 +81,13 @@ def _report(
     verdict = campaign.verdict()
     if as_json:
         payload = {
-            "ended": [_result_facts(campaign, e) for e in ended],
+            "ended": [_result_facts(e) for e in ended],
             "verdict": verdict.to_json(),
             "in_flight": [in_flight_facts(e) for e in scheduler.in_flight(campaign)],
             **(extra or {}),
         }
         if len(ended) == 1:  # the single-run shape `ars exp run --json` always had
-            payload.update(result=ended[0].result, row=payload["ended"][0]["row"])
-        from autoresearch_skills.campaign.finish import finished, wrap_up
-
+            payload.update(result=payload["ended"][0]["result"], row=payload["ended"][0]["row"])
         if finished(campaign):
             payload["finished"] = wrap_up(campaign)
         action = _next_rerun(campaign, verdict)
@@ -122,35 +114,33 @@ def _next_rerun(campaign: Campaign, verdict):
 
 def _wrap_up_if_over(campaign: Campaign) -> None:
     """The hand-driven path ends as cleanly as the loop: checkout home, worktrees gone."""
-    from autoresearch_skills.campaign.finish import finished, wrap_up
-
     if finished(campaign):
         for line in wrap_up(campaign):
             click.echo(line)
 
 
-def _watchers(campaign: Campaign) -> scheduler.Watchers:
-    return scheduler.Watchers(campaign, say=lambda line: click.echo(f"watch: {line}", err=True))
+def _watchers(campaign: Campaign) -> Watchers:
+    return Watchers(campaign, say=lambda line: click.echo(f"watch: {line}", err=True))
 
 
 def _progress(campaign: Campaign):
-    def show(launched: list[dict]) -> None:
+    def show(launched: list[Experiment]) -> None:
         for facts in (in_flight_facts(e) for e in launched):
             click.echo(f"  {facts['line']}", err=True)
 
     return show
 
 
-def _announce(record: dict) -> None:
+def _announce(record: Experiment) -> None:
     facts = in_flight_facts(record)
-    if record["phase"] == "queued":
+    if record.phase is Phase.QUEUED:
         click.echo(f"queued: {facts['key']} (no free slot; it starts when one frees)", err=True)
         return
-    click.echo(f"running: {record['branch']} @ {record['commit'][:8]}", err=True)
+    click.echo(f"running: {record.branch} @ {record.commit[:8]}", err=True)
     where = f"slot {facts['slot']}" + (f", CUDA_VISIBLE_DEVICES={facts['gpus']}" if facts["gpus"] else "")
-    click.echo(f"where: {where}; {record['run']['launcher']} {record['run']['run_id']}", err=True)
-    click.echo(f"log: {record['run']['log_path']}", err=True)
-    click.echo(f"timeout: {format_duration(record['timeout'])}", err=True)
+    click.echo(f"where: {where}; {record.run.launcher} {record.run.run_id}", err=True)
+    click.echo(f"log: {record.run.log_path}", err=True)
+    click.echo(f"timeout: {format_duration(record.timeout)}", err=True)
 
 
 def _run_until_ended(campaign: Campaign, key: str, timeout, as_json: bool, again: bool = False) -> list:
@@ -174,17 +164,17 @@ def _wait_for(campaign: Campaign, key: str, as_json: bool) -> list:
 
 def run_and_report(campaign: Campaign, ref: str | None, timeout, force: bool, detach: bool, as_json: bool):
     state, record = experiment.select_or_reopen(
-        campaign, ref, phases=("open", "queued", "running"), verb="run"
+        campaign, ref, phases=(Phase.OPEN, Phase.QUEUED, Phase.RUNNING), verb="run"
     )
-    if record["phase"] == "open":
-        record = experiment.request_run(campaign, record["key"], timeout=timeout, force=force)
+    if record.phase is Phase.OPEN:
+        record = experiment.request_run(campaign, record.key, timeout=timeout, force=force)
         if not as_json:
             _announce(record)
     elif not as_json:
-        click.echo(f"adopting {record['key']} ({record['phase']})", err=True)
-    key = record["key"]
+        click.echo(f"adopting {record.key} ({record.phase})", err=True)
+    key = record.key
     if detach:
-        facts = in_flight_facts(settled_state(campaign)["experiments"].get(key, record))
+        facts = in_flight_facts(settled_state(campaign).experiments.get(key, record))
         if as_json:
             click.echo(json.dumps({"detached": facts, "verdict": campaign.verdict().to_json()}, indent=2))
         else:
@@ -230,23 +220,23 @@ def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
     """
     campaign = find(ref)
     record = experiment.start_baseline(campaign)
-    click.echo(f"branch: {record['branch']}", err=True)
-    click.echo(f"workdir: {record['workdir']}", err=True)
+    click.echo(f"branch: {record.branch}", err=True)
+    click.echo(f"workdir: {record.workdir}", err=True)
     if no_run:
         return
     if detach:
-        run_and_report(campaign, record["key"], _duration(timeout), False, True, as_json)
+        run_and_report(campaign, record.key, _duration(timeout), False, True, as_json)
         return
-    ended = _run_until_ended(campaign, record["key"], _duration(timeout), as_json)
+    ended = _run_until_ended(campaign, record.key, _duration(timeout), as_json)
     # The baseline is run `baseline_repeats` times: its spread is the first noise estimate.
-    while ended and ended[-1].result.get("status") == "keep":
+    while ended and ended[-1].result.status == "keep":
         action = _next_rerun(campaign, campaign.verdict())
         if action is None or action.rerun_of != 0:
             break
         again = experiment.reopen(campaign, "#0", "rerun")
         if not as_json:
             click.echo(f"rerun of the baseline: {action.reason}", err=True)
-        more = _run_until_ended(campaign, again["key"], _duration(timeout), as_json, again=True)
+        more = _run_until_ended(campaign, again.key, _duration(timeout), as_json, again=True)
         if not more:
             break
         ended += more
@@ -278,30 +268,20 @@ def start_cmd(slug, description, parent, no_baseline_check, predict, force, ref,
       ars exp start wider-mlp -m "MLP ratio 4 -> 6" --parent baseline --predict "val_bpb -0.01"
     """
     campaign = find(ref)
-    extra = (
-        {"prediction": experiment.parse_prediction(predict, campaign.settings.metric)} if predict else None
-    )
+    prediction = experiment.parse_prediction(predict, campaign.settings.metric) if predict else None
     record = experiment.start(
-        campaign,
-        slug,
-        description,
-        parent=parent,
-        skip_baseline_check=no_baseline_check,
-        extra=extra,
-        force=force,
-    )
+        campaign, slug, description, parent=parent, skip_baseline_check=no_baseline_check, force=force,
+        prediction=prediction,
+    )  # fmt: skip
     if as_json:
-        click.echo(
-            json.dumps(
-                {k: record[k] for k in ("key", "slug", "branch", "parent_commit", "workdir")}, indent=2
-            )
-        )
+        facts = {k: getattr(record, k) for k in ("key", "slug", "branch", "parent_commit", "workdir")}
+        click.echo(json.dumps(facts, indent=2))
         return
-    click.echo(f"experiment: {record['key']}")
-    click.echo(f"branch: {record['branch']}")
-    click.echo(f"parent: {record['parent_ref']} @ {record['parent_commit'][:8]}")
-    click.echo(f"workdir: {record['workdir']}")
-    click.echo(f"next: edit files in the workdir, then `ars exp run {record['key']}`")
+    click.echo(f"experiment: {record.key}")
+    click.echo(f"branch: {record.branch}")
+    click.echo(f"parent: {record.parent_ref} @ {record.parent_commit[:8]}")
+    click.echo(f"workdir: {record.workdir}")
+    click.echo(f"next: edit files in the workdir, then `ars exp run {record.key}`")
 
 
 @cli.command("commit")
@@ -379,8 +359,8 @@ def rerun_cmd(ref, times, timeout, detach, campaign_ref, as_json) -> None:
     keys = []
     for _ in range(times):
         record = experiment.reopen(campaign, ref, "rerun")
-        record = experiment.request_run(campaign, record["key"], timeout=_duration(timeout))
-        keys.append(record["key"])
+        record = experiment.request_run(campaign, record.key, timeout=_duration(timeout))
+        keys.append(record.key)
         if not as_json:
             _announce(record)
     if detach:
@@ -398,7 +378,7 @@ def rerun_cmd(ref, times, timeout, detach, campaign_ref, as_json) -> None:
         )
         ended += [e for e in done if e.key in keys]
         waiting -= {e.key for e in done}
-        if not done and not experiment.launched(settled_state(campaign)):
+        if not done and not settled_state(campaign).launched:
             break
     _report(campaign, ended, as_json)
 
@@ -422,12 +402,12 @@ def retry_cmd(ref, campaign_ref, as_json) -> None:
     campaign = find(campaign_ref)
     record = experiment.reopen(campaign, ref, "retry")
     if as_json:
-        click.echo(json.dumps({k: record.get(k) for k in ("key", "branch", "workdir", "retry_of")}, indent=2))
+        click.echo(json.dumps({k: getattr(record, k) for k in ("key", "branch", "workdir", "retry_of")}, indent=2))
         return
-    click.echo(f"experiment: {record['key']} (retries #{record['retry_of']})")
-    click.echo(f"branch: {record['branch']}")
-    click.echo(f"workdir: {record['workdir']}")
-    click.echo(f"next: fix the code in the workdir, then `ars exp run {record['key']}`")
+    click.echo(f"experiment: {record.key} (retries #{record.retry_of})")
+    click.echo(f"branch: {record.branch}")
+    click.echo(f"workdir: {record.workdir}")
+    click.echo(f"next: fix the code in the workdir, then `ars exp run {record.key}`")
 
 
 @cli.command("wait")
@@ -452,12 +432,13 @@ def wait_cmd(slug, seconds, ref, as_json) -> None:
     limit = _duration(seconds, "--for")
     keys = None
     if slug:
-        keys = {select(settled_state(campaign), slug, phases=("queued", "running", "decide", "open"))["key"]}
+        phases = (Phase.QUEUED, Phase.RUNNING, Phase.DECIDE, Phase.OPEN)
+        keys = {select(settled_state(campaign), slug, phases=phases).key}
     earlier = _rows_as_ended(campaign, scheduler.take_unreported(campaign, {slug} if slug else None))
     if earlier:
         _report(campaign, earlier, as_json)
         raise SystemExit(1)
-    if not experiment.launched(settled_state(campaign)):
+    if not settled_state(campaign).launched:
         raise BadInput("nothing is running or queued: launch one with `ars exp run SLUG --detach`")
     ended = scheduler.wait(
         campaign,
@@ -471,7 +452,7 @@ def wait_cmd(slug, seconds, ref, as_json) -> None:
     if mine:
         _report(campaign, mine, as_json)
         raise SystemExit(1)
-    launched = experiment.launched(settled_state(campaign))
+    launched = settled_state(campaign).launched
     if as_json:
         click.echo(
             json.dumps(
@@ -505,10 +486,10 @@ def cancel_cmd(slug, reason, ref) -> None:
     """
     campaign = find(ref)
     with campaign.lock():
-        record = select(settled_state(campaign), slug, phases=("running", "queued"), verb="cancel")
-        if record["phase"] == "running":
-            experiment.cancel(campaign, record["key"], reason=reason)
-        row = experiment.record(campaign, record["key"], status="cancelled", reason=reason)
+        record = select(settled_state(campaign), slug, phases=(Phase.RUNNING, Phase.QUEUED), verb="cancel")
+        if record.phase is Phase.RUNNING:
+            experiment.cancel(campaign, record.key, reason=reason)
+        row = experiment.record(campaign, record.key, status="cancelled", reason=reason)
     click.echo(f"ledger: row {row.index} cancelled in {campaign.ledger}")
     _wrap_up_if_over(campaign)
     click.echo(campaign.verdict().line)
@@ -529,10 +510,10 @@ def mark_cmd(status, slug, reason, ref) -> None:
     """
     campaign = find(ref)
     state = settled_state(campaign)
-    record = select(state, slug, phases=("decide", "open"), verb="mark")
-    if record["phase"] == "open" and status in ("keep", "discard"):
+    record = select(state, slug, phases=(Phase.DECIDE, Phase.OPEN), verb="mark")
+    if record.phase is Phase.OPEN and status in ("keep", "discard"):
         raise BadInput("this experiment has not run: only crash or cancelled can be recorded")
-    row = experiment.record(campaign, record["key"], status=status, reason=reason)
+    row = experiment.record(campaign, record.key, status=status, reason=reason)
     click.echo(f"ledger: row {row.index} {status} in {campaign.ledger}")
     _wrap_up_if_over(campaign)
     click.echo(campaign.verdict().line)

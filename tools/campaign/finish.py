@@ -10,16 +10,16 @@ Each step is safe to repeat: `ars campaign finish` may be called again at any ti
 
 from __future__ import annotations
 
+from autoresearch_skills import gitflow
+from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.store import Campaign
+from autoresearch_skills.campaign.workdirs import remove_worktrees
+from autoresearch_skills.memory import close_subtask
 
 
 def wrap_up(campaign: Campaign) -> list[str]:
     """Close a campaign whose stop condition is met and which has nothing in flight.
     Returns what was done, one line each, for the caller to print."""
-    from autoresearch_skills import ledger
-    from autoresearch_skills.campaign.experiment import remove_worktrees
-    from autoresearch_skills.memory import close_subtask
-
     lines = []
     home = go_home(campaign)
     if home:
@@ -27,23 +27,18 @@ def wrap_up(campaign: Campaign) -> list[str]:
     removed = remove_worktrees(campaign)
     if removed:
         lines.append(f"worktrees: removed {len(removed)}; every result stays on its branch")
-    best = ledger.best(campaign.rows(), campaign.settings.direction)
+    best = noise.best(campaign.rows(), campaign.settings.direction)
     if best is not None:
-        lines.append(
-            f"best: #{best.index} {campaign.settings.metric} {best.metric_value:.6f} on {best.branch} "
-            f"(`git checkout {best.branch}` to use it)"
-        )
+        lines.append(f"best: {best.describe(campaign.settings.metric)} (`git checkout {checkout_ref(campaign, best)}` to use it)")
     close_subtask(campaign.repo, campaign.verdict().line)
     return lines
 
 
 def go_home(campaign: Campaign) -> str | None:
     """Switch the user's checkout back to the campaign's starting branch when that is safe."""
-    from autoresearch_skills import gitflow
-
-    state = campaign.load_state()
-    home, repo = state.get("home_branch"), campaign.repo
-    if not home or state.get("experiments"):
+    state = campaign.state.read()
+    home, repo = state.home_branch, campaign.repo
+    if not home or state.experiments:
         return None
     try:
         here = gitflow.current_branch(repo)
@@ -59,5 +54,13 @@ def go_home(campaign: Campaign) -> str | None:
 
 def finished(campaign: Campaign) -> bool:
     """Whether the campaign is over: its stop condition is met and nothing is in flight."""
-    state = campaign.load_state()
-    return not state.get("experiments") and not campaign.verdict(state=state).should_continue
+    state = campaign.state.read()
+    return not state.experiments and not campaign.verdict(state=state).should_continue
+
+
+def checkout_ref(campaign: Campaign, best) -> str:
+    """What `git checkout` takes to use the best: its branch when the best commit is that
+    branch's head, else the commit itself (a ratchet moved past it, or the branch was deleted)."""
+    if gitflow.branch_exists(campaign.repo, best.branch) and gitflow.head_commit(campaign.repo, best.branch) == best.commit:
+        return best.branch
+    return best.commit[:12] if best.commit else best.branch

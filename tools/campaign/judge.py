@@ -1,94 +1,75 @@
 """Judging a finished run: its metric (from the log with the preset, or from `metric_source:`),
 its status and reason (noise-aware: campaign/noise.py), its pace (steps, throughput) against its
 parent's, and its fingerprint, which decides which rows it may be ranked against. Pure reading:
-nothing here writes the ledger or state.json (experiment.py does)."""
+nothing here writes the ledger or state.json (experiment.py does), so it returns a `Result`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from statistics import median
 
+from autoresearch_skills import metrics
+from autoresearch_skills.atomicfile import write_text_atomic
+from autoresearch_skills.campaign import noise
+from autoresearch_skills.campaign.fingerprint import Fingerprint, diff, fingerprint
+from autoresearch_skills.campaign.record import Experiment, Result
 from autoresearch_skills.campaign.store import Campaign
+from autoresearch_skills.sources.reading import read_metric
 from autoresearch_skills.clock import format_duration, now_iso, parse_iso
 from autoresearch_skills.errors import BadInput
 
 
-def run_cwd(experiment: dict) -> Path:
-    """Where the experiment's command runs: its workdir, or a folder inside it (a blueprint's codebase)."""
-    own = experiment.get("overrides") or {}
-    return Path(experiment["workdir"]) / own["cwd"] if own.get("cwd") else Path(experiment["workdir"])
-
-
-def judge(campaign: Campaign, experiment: dict, run_state) -> dict:
+def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
     """Turn a finished run into a result: status, metric, memory, elapsed, reason."""
-    from autoresearch_skills import metrics
-    from autoresearch_skills.campaign import noise
-    from autoresearch_skills.launch.base import Run
-
     s = campaign.settings
-    log_path = experiment["run"]["log_path"]
+    log_path = experiment.run.log_path
     value, missing = _read_metric(campaign, experiment, log_path)
-    memory = _safe_extract(metrics, log_path, s.preset, "peak_vram_mb")
+    memory = _safe_extract(log_path, s.preset, "peak_vram_mb")
     # A run reaped later than it ended (detached, or adopted after a crash) keeps its own end time.
-    ended_at = Run(**experiment["run"]).reload().ended_at or now_iso()
-    elapsed = (parse_iso(ended_at) - parse_iso(experiment["started_at"])).total_seconds()
-    result = {
-        "metric_value": value,
-        "memory_gb": round(memory[-1].value / 1024, 1) if memory else 0.0,
-        "exit_code": run_state.exit_code,
-        "state": run_state.name,
-        "ended_at": ended_at,
-        "elapsed_min": round(max(0.0, elapsed) / 60, 2),
-    }
-    if run_state.name == "timeout" and experiment.get("deadline_bound"):
-        status, reason = (
-            "cancelled",
-            f"the campaign deadline came {format_duration(experiment['timeout'])} into the run",
-        )
+    ended_at = experiment.run.reload().ended_at or now_iso()
+    elapsed = (parse_iso(ended_at) - parse_iso(experiment.started_at)).total_seconds()
+    noise_fields, decided = {}, None
+    if run_state.name == "timeout" and experiment.deadline_bound:
+        status, reason = "cancelled", f"the campaign deadline came {format_duration(experiment.timeout)} into the run"
     elif run_state.name == "timeout":
-        status, reason = "timeout", f"killed at the {format_duration(experiment['timeout'])} limit"
+        status, reason = "timeout", f"killed at the {format_duration(experiment.timeout)} limit"
     elif run_state.name == "cancelled":
         status, reason = "cancelled", "cancelled"
     elif run_state.name == "lost":
         status, reason = "crash", f"runner died ({run_state.detail or 'run lost'})"
     elif run_state.exit_code not in (0, None):
         status, reason = "crash", f"exit code {run_state.exit_code}{_last_error(log_path)}"
-    elif result["metric_value"] is None:
+    elif value is None:
         status, reason = "crash", f"{missing}{_last_error(log_path)}"
     else:
         decision = noise.assess(
-            campaign.rows(), result["metric_value"], s.direction, fingerprint=experiment.get("fingerprint"),
-            rerun_of=experiment.get("rerun_of"), policy=s.noise_policy(),
+            campaign.rows(), value, s.direction, fingerprint=experiment.fingerprint,
+            rerun_of=experiment.rerun_of, policy=s.noise_policy(),
         )  # fmt: skip
         status, reason = decision.row_status, decision.reason
-        result["noise"] = decision.ledger_fields()
-        result["decision"] = decision.status
-    result.update(status=status, reason=reason)
-    result.update(_pace(campaign, experiment, log_path))
-    result["flags"] = [
-        *result["flags"],
-        *experiment.get("warnings", []),
-        *_fingerprint_flags(campaign, experiment),
-    ]
-    if (result.get("noise") or {}).get("flags"):
-        result["flags"].insert(0, result["noise"]["flags"])
-    return result
+        noise_fields, decided = decision.ledger_fields(), decision.status
+    steps, throughput, throughput_key, pace_flags = _pace(campaign, experiment, log_path)
+    flags = [*pace_flags, *experiment.warnings, *_fingerprint_flags(campaign, experiment)]
+    if noise_fields.get("flags"):
+        flags.insert(0, noise_fields["flags"])
+    return Result(
+        status=status, reason=reason, metric_value=value, memory_gb=round(memory[-1].value / 1024, 1) if memory else 0.0,
+        exit_code=run_state.exit_code, state=run_state.name, ended_at=ended_at,
+        elapsed_min=round(max(0.0, elapsed) / 60, 2), decision=decided, noise=noise_fields,
+        steps=steps, throughput=throughput, throughput_key=throughput_key, flags=flags,
+    )  # fmt: skip
 
 
-def fingerprint_of(campaign: Campaign, experiment: dict) -> str:
+def fingerprint_of(campaign: Campaign, experiment: Experiment) -> str:
     """What makes this run's result comparable (command, budget, hardware, torch/CUDA, frozen
     files), saved under fingerprints/<digest>.json; rows of another digest are never ranked with it."""
-    import json
-
-    from autoresearch_skills.atomicfile import write_text_atomic
-    from autoresearch_skills.campaign.fingerprint import fingerprint
-
     s = campaign.settings
-    own = experiment.get("overrides") or {}
     found = fingerprint(
-        own.get("command") or s.command,
-        s.stop_rules().per_run_timeout or own.get("timeout"),
+        experiment.own.command or s.command,
+        s.stop_rules().per_run_timeout or experiment.own.timeout,
         [Path(p) for p in s.frozen_paths()],
-        experiment["workdir"],
+        experiment.workdir,
     )
     path = campaign.folder / "fingerprints" / f"{found.digest}.json"
     if not path.exists():
@@ -97,14 +78,10 @@ def fingerprint_of(campaign: Campaign, experiment: dict) -> str:
     return found.digest
 
 
-def _fingerprint_flags(campaign: Campaign, experiment: dict) -> list[str]:
+def _fingerprint_flags(campaign: Campaign, experiment: Experiment) -> list[str]:
     """Say when earlier finished rows were measured under another fingerprint: they are not ranked
     against this one (the best is the best among comparable rows)."""
-    import json
-
-    from autoresearch_skills.campaign.fingerprint import Fingerprint, diff
-
-    mine = experiment.get("fingerprint")
+    mine = experiment.fingerprint
     others = [
         r
         for r in campaign.rows()
@@ -127,16 +104,12 @@ def _fingerprint_flags(campaign: Campaign, experiment: dict) -> list[str]:
     ]
 
 
-def _pace(campaign: Campaign, experiment: dict, log_path: str) -> dict:
-    """Steps and throughput the run reports, and whether they are within `comparable_margin` of
-    its parent's: under a wall-clock budget, a run that got half the machine does half the steps
+def _pace(campaign: Campaign, experiment: Experiment, log_path: str) -> tuple:
+    """(steps, throughput, throughput key, flags): the pace the run reports, flagged when it is
+    not within `comparable_margin` of its parent's: under a wall-clock budget, a run that got half the machine does half the steps
     and looks worse for reasons that have nothing to do with its idea."""
-    from statistics import median
-
-    from autoresearch_skills import metrics
-
     s = campaign.settings
-    steps = _safe_extract(metrics, log_path, s.preset, "num_steps")
+    steps = _safe_extract(log_path, s.preset, "num_steps")
     key = s.throughput_key or ("tok/sec" if s.preset == "karpathy" else None)
     series = []
     if key:
@@ -147,45 +120,40 @@ def _pace(campaign: Campaign, experiment: dict, log_path: str) -> dict:
     pace = {
         "steps": int(steps[-1].value) if steps else None,
         "throughput": round(median(x.value for x in series), 1) if series else None,
-        "throughput_key": key,
-        "flags": [],
     }
+    flags: list[str] = []
     parent = next(
         (
             r
             for r in reversed(campaign.rows())
-            if r.commit == experiment.get("parent_commit") and (r.steps or r.throughput)
+            if r.commit == experiment.parent_commit and (r.steps or r.throughput)
         ),
         None,
     )
     if parent is None:
-        return pace
+        return pace["steps"], pace["throughput"], key, flags
     for name, label in (("steps", "steps"), ("throughput", key or "throughput")):
         mine, theirs = pace[name], parent.number(name)
         if mine is None or not theirs:
             continue
         drift = (mine - theirs) / theirs
         if abs(drift) > s.comparable_margin:
-            pace["flags"].append(
+            flags.append(
                 f"not comparable: {label} {mine:g} vs {theirs:g} for its parent #{parent.index} ({drift:+.0%}); "
                 "a busy machine or the change itself may explain the result"
             )
-    return pace
+    return pace["steps"], pace["throughput"], key, flags
 
 
-def _read_metric(campaign: Campaign, experiment: dict, log_path: str) -> tuple[float | None, str]:
+def _read_metric(campaign: Campaign, experiment: Experiment, log_path: str) -> tuple[float | None, str]:
     """The run's metric and, when there is none, why: from the log with the preset, or from the
     campaign's `metric_source:` (JSONL, TensorBoard, W&B offline, MLflow; last, best or mean-last-N)."""
-    from autoresearch_skills import metrics
-
     s = campaign.settings
     if not s.metric_source:
-        samples = _safe_extract(metrics, log_path, s.preset, s.metric)
+        samples = _safe_extract(log_path, s.preset, s.metric)
         return (samples[-1].value if samples else None), f"no {s.metric} in the log"
-    from autoresearch_skills.sources.reading import read_metric
-
-    workdir = run_cwd(experiment)
-    started = parse_iso(experiment["started_at"]).timestamp()
+    workdir = experiment.run_cwd
+    started = parse_iso(experiment.started_at).timestamp()
     try:
         reading = read_metric(
             s.metric_source, workdir=workdir, log_path=Path(log_path), metric=s.metric, preset=s.preset,
@@ -198,7 +166,7 @@ def _read_metric(campaign: Campaign, experiment: dict, log_path: str) -> tuple[f
     return reading.value, ""
 
 
-def _safe_extract(metrics, log_path: str, preset: str, name: str) -> list:
+def _safe_extract(log_path: str, preset: str, name: str) -> list:
     try:
         return metrics.extract(log_path, preset=preset, metric=name, mode="last")
     except (BadInput, OSError):

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import click
 
-from autoresearch_skills.campaign import experiment, scheduler
+from autoresearch_skills.campaign import experiment, noise, scheduler
+from autoresearch_skills.campaign.record import Experiment, Phase
+from autoresearch_skills.campaign.watch import Watchers
 from autoresearch_skills.campaign.proposals import (
     MAX_RETRIES,
     Proposal,
@@ -89,19 +91,19 @@ class Interrupts:
 
 
 def read_campaign_file(path: Path) -> dict:
-    data = read_yaml(path, missing_hint="copy templates/campaign.yaml and edit it")
-    if not isinstance(data, dict):
-        raise BadInput(f"{path} must be a mapping (name, metric, direction, command, stop, policy)")
-    missing = [k for k in ("name", "metric", "direction", "command", "policy") if k not in data]
-    if missing:
-        raise BadInput(f"{path} lacks {', '.join(missing)}; see templates/campaign.yaml")
     from autoresearch_skills.campaign.config import check_keys, check_types
-
-    check_keys(data, str(path))  # `launchr: tmux` is a typo, never a silent default
-    check_types(data, str(path))
+    from autoresearch_skills.campaign.settings import SETTINGS
     from autoresearch_skills.runwatch import validate_watch
     from autoresearch_skills.sources import validate_source
 
+    data = read_yaml(path, missing_hint="copy templates/campaign.yaml and edit it")
+    if not isinstance(data, dict):
+        raise BadInput(f"{path} must be a mapping (name, metric, direction, command, stop, policy)")
+    missing = [key.name for key in SETTINGS.values() if key.required and key.name not in data]
+    if missing:
+        raise BadInput(f"{path} lacks {', '.join(missing)}; see templates/campaign.yaml")
+    check_keys(data, str(path))  # `launchr: tmux` is a typo, never a silent default
+    check_types(data, str(path))
     try:  # before the campaign folder exists: a bad setting leaves nothing behind
         validate_watch(data.get("watch") or None, data.get("prune"))
         if data.get("metric_source"):
@@ -114,36 +116,30 @@ def read_campaign_file(path: Path) -> dict:
 def open_campaign(path: Path, cwd: Path = Path(".")) -> Campaign:
     """The campaign a file describes: created on first use, loaded afterwards."""
     from autoresearch_skills import gitflow
+    from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
+    from autoresearch_skills.campaign.settings import SETTINGS
+    from autoresearch_skills.campaign.store import write_settings
+    from autoresearch_skills.stoprule import from_mapping
 
     config = read_campaign_file(path)
     repo = gitflow.repo_root(cwd)
     folder = (
         Path(config["folder"])
         if config.get("folder")
-        else repo / "reports" / "auto_research" / gitflow.slugify(config["name"])
+        else repo / CAMPAIGNS_DIR / gitflow.slugify(config["name"])
     )
     if (folder / "campaign.yaml").exists():
         return load(folder)
     stop = config.get("stop")
-    stop_text = stop if isinstance(stop, str) else None
-    from autoresearch_skills.campaign.pool import Pool
-    from autoresearch_skills.campaign.store import Settings
-
-    launcher = config.get("launcher", "local")
-    Pool.from_settings(config.get("parallel"), config.get("gpus"), config.get("gpus_per_run"), launcher)
-    handled = {"name", "metric", "direction", "command", "stop", "prefix", "launcher", "preset", "folder"}
-    options = {k: v for k, v in config.items() if k in Settings.__dataclass_fields__ and k not in handled}
-    options.setdefault("keep_ties", False)
-    options["keep_ties"] = bool(options["keep_ties"])
+    given = {"name", "metric", "direction", "command", "stop", "prefix", "folder"}  # create()'s own arguments
+    settable = {k for k, key in SETTINGS.items() if key.stored and not key.internal and k not in given}
+    options = {k: v for k, v in config.items() if k in settable}
     campaign = create(
-        config["name"], config["metric"], config["direction"], config["command"], stop_text=stop_text,
-        prefix=config.get("prefix"), launcher=launcher, preset=config.get("preset", "karpathy"),
-        cwd=cwd, folder=folder, **options,
+        config["name"], config["metric"], config["direction"], config["command"],
+        stop_text=stop if isinstance(stop, str) else None, prefix=config.get("prefix"), cwd=cwd, folder=folder,
+        **options,
     )  # fmt: skip
     if isinstance(stop, dict):
-        from autoresearch_skills.campaign.store import write_settings
-        from autoresearch_skills.stoprule import from_mapping
-
         rules = (
             from_mapping(stop, source=f"{path} stop")
             .with_defaults()
@@ -173,7 +169,7 @@ class Loop:
         self.latest: dict[str, str] = {}
         self.last_metric_read = 0.0
         self.paused_said = False
-        self.watchers = scheduler.Watchers(campaign, say=lambda line: self.out.event("watch", line))
+        self.watchers = Watchers(campaign, say=lambda line: self.out.event("watch", line))
 
     def run(self) -> int:
         s = self.campaign.settings
@@ -191,19 +187,19 @@ class Loop:
         ):
             self.out.event("start", "baseline: recording the starting point")
             record = experiment.start_baseline(self.campaign)
-            self.launch(record["key"])
-            self.wait_for({record["key"]})  # every proposal branches from a measured starting point
-        in_flight = {e["slug"] for e in self.in_flight()}
+            self.launch(record.key)
+            self.wait_for({record.key})  # every proposal branches from a measured starting point
+        in_flight = {e.slug for e in self.in_flight()}
         policy = make_policy(s.policy, {Path(r.branch).name for r in self.campaign.rows()} | in_flight)
         while True:
             if not self.interrupts.requested and not self.exhausted and self.go_on(quiet=True):
                 self.fill_slots(policy)
-            if not experiment.launched(self.campaign.load_state()):
+            if not self.campaign.state.read().launched:
                 break
             self.wait_for(None)
         return self.finish()
 
-    def in_flight(self) -> list[dict]:
+    def in_flight(self) -> list[Experiment]:
         return scheduler.in_flight(self.campaign)
 
     def go_on(self, quiet: bool = False) -> bool:
@@ -222,8 +218,7 @@ class Loop:
         return verdict.may_start()
 
     def free_slots(self) -> int:
-        state = self.campaign.load_state()
-        return self.pool.parallel - len(experiment.launched(state))
+        return self.pool.parallel - len(self.campaign.state.read().launched)
 
     def fill_slots(self, policy) -> None:
         """Open and launch proposals while a slot is free and the stop rules allow a new start."""
@@ -233,16 +228,16 @@ class Loop:
             action = experiment.next_rerun(self.campaign)
             if action is not None:  # the noise rule first: confirm a candidate, firm up the best
                 record = experiment.reopen(self.campaign, f"#{action.rerun_of}", "rerun")
-                self.out.event("rerun", f"rerun of #{action.rerun_of}: {action.reason}", key=record["key"])
-                self.launch(record["key"])
+                self.out.event("rerun", f"rerun of #{action.rerun_of}: {action.reason}", key=record.key)
+                self.launch(record.key)
                 continue
             key = self.propose(policy)
             if key is None:
                 self.exhausted = True
-                if not experiment.launched(self.campaign.load_state()):
+                if not self.campaign.state.read().launched:
                     self.out.event("done", "no more proposals: the policy is exhausted")
                 return
-            if key in experiment.experiments(self.campaign.load_state()):
+            if key in self.campaign.state.read().experiments:
                 self.launch(key)
 
     def launch(self, key: str) -> None:
@@ -253,18 +248,16 @@ class Loop:
                 self.campaign, key, status="cancelled", reason="stop condition met before launch"
             )
             return
-        if record["phase"] == "running":
-            where = f"slot {record['slot']}" + (
-                f", GPUs {','.join(map(str, record['devices']))}" if record.get("devices") else ""
-            )
+        if record.phase is Phase.RUNNING:
+            where = f"slot {record.slot}" + (f", GPUs {','.join(map(str, record.devices))}" if record.devices else "")
             self.out.event(
                 "launch",
-                f"started {key} on {where} ({record['run']['launcher']} {record['run']['run_id']}, "
-                f"{format_duration(record['timeout'])} limit)",
+                f"started {key} on {where} ({record.run.launcher} {record.run.run_id}, "
+                f"{format_duration(record.timeout)} limit)",
                 key=key,
-                slot=record.get("slot"),
-                devices=record.get("devices"),
-                run_id=record["run"]["run_id"],
+                slot=record.slot,
+                devices=record.devices,
+                run_id=record.run.run_id,
             )
 
     def propose(self, policy) -> str | None:
@@ -303,9 +296,7 @@ class Loop:
             parent=self.parent,
             skip_baseline_check=True,
         )
-        row = experiment.record(
-            self.campaign, record["key"], status="crash", reason=f"proposal rejected: {feedback}"
-        )
+        row = experiment.record(self.campaign, record.key, status="crash", reason=f"proposal rejected: {feedback}")
         self.out.event(
             "result", f"#{row.index} {slug}: crash (proposal rejected: {feedback})", row=row.to_dict()
         )
@@ -314,23 +305,18 @@ class Loop:
     def open(self, proposal: Proposal, parent: str) -> str:
         record = experiment.start(
             self.campaign, proposal.slug, proposal.description, parent=parent, skip_baseline_check=True,
-            extra={"proposal": proposal.__dict__},
+            proposal=proposal.__dict__,
         )  # fmt: skip
-        apply(proposal, Path(record["workdir"]), self.mutable, self.frozen)
-        experiment.commit(self.campaign, record["key"])
-        self.out.event(
-            "start",
-            f"experiment {proposal.slug}: {proposal.description}",
-            branch=record["branch"],
-            key=record["key"],
-        )
-        return record["key"]
+        apply(proposal, Path(record.workdir), self.mutable, self.frozen)
+        experiment.commit(self.campaign, record.key)
+        self.out.event("start", f"experiment {proposal.slug}: {proposal.description}", branch=record.branch, key=record.key)
+        return record.key
 
     def unique_slug(self, slug: str) -> str:
         from autoresearch_skills import gitflow
 
         prefix = self.campaign.settings.prefix
-        taken = set(experiment.experiments(self.campaign.load_state()))
+        taken = set(self.campaign.state.read().experiments)
         candidate, n = slug, 1
         while (
             gitflow.branch_exists(self.campaign.repo, f"{prefix}/{candidate}")
@@ -353,9 +339,10 @@ class Loop:
         program = repo / (self.campaign.settings.policy.get("program") or "program.md")
         mutable = {path: gitflow.git(repo, "show", f"{start}:{path}", check=False) for path in self.mutable}
         in_flight = [
-            {k: e.get(k) for k in ("key", "slug", "description", "branch", "phase", "proposal")}
+            {"key": e.key, "slug": e.slug, "description": e.description, "branch": e.branch,
+             "phase": e.phase.value, "proposal": e.proposal}
             for e in self.in_flight()
-        ]
+        ]  # fmt: skip
         return {
             "campaign": self.campaign.settings.name,
             "metric": self.campaign.settings.metric,
@@ -374,32 +361,31 @@ class Loop:
         """After a crash of the loop: finish what state.json says was in flight. Live runs are
         adopted; one whose runner died is started once more by the scheduler's next tick."""
         from autoresearch_skills import gitflow
-        from autoresearch_skills.launch.base import Run
 
         state = experiment.settled_state(self.campaign)
         launcher = experiment.launcher_for(self.campaign)
-        for record in list(experiment.experiments(state).values()):
-            key = record["key"]
-            if record["phase"] == "running":
-                run_state = launcher.status(Run(**record["run"]))
+        for record in list(state.experiments.values()):
+            key = record.key
+            if record.phase is Phase.RUNNING:
+                run_state = launcher.status(record.run)
                 how = (
                     "its runner died; starting it once more"
                     if run_state.name == "lost"
                     else f"adopting its run ({run_state.name})"
                 )
                 self.out.event("resume", f"experiment {key}: {how}", key=key)
-            elif record["phase"] == "decide":
+            elif record.phase is Phase.DECIDE:
                 row = experiment.record(self.campaign, key)
                 self.out.event("resume", f"#{row.index} {key}: {row.status} recorded", row=row.to_dict())
-            elif record["phase"] == "queued":
+            elif record.phase is Phase.QUEUED:
                 self.out.event("resume", f"experiment {key}: queued for a slot", key=key)
             else:
-                workdir = Path(record["workdir"])
+                workdir = Path(record.workdir)
                 experiment.adopt_unrecorded_commits(self.campaign, state, record)
-                if gitflow.changed_paths(workdir, record["snapshot"]):
+                if gitflow.changed_paths(workdir, record.snapshot):
                     experiment.commit(self.campaign, key)
-                elif not record["commits"] and record.get("proposal"):
-                    apply(Proposal(**record["proposal"]), workdir, self.mutable, self.frozen)
+                elif not record.commits and record.proposal:
+                    apply(Proposal(**record.proposal), workdir, self.mutable, self.frozen)
                     experiment.commit(self.campaign, key)
                 self.out.event("resume", f"experiment {key}: was not launched yet; launching it", key=key)
                 self.launch(key)
@@ -411,13 +397,13 @@ class Loop:
         for item in ended:
             self.report_end(item)
 
-    def poll(self, running: list[dict]) -> None:
+    def poll(self, running: list[Experiment]) -> None:
         if self.interrupts.requested and self.interrupts.mode == "cancel":
             for record in running:
-                if record["key"] not in self.cancelled:
-                    self.cancelled.add(record["key"])
-                    self.out.event("interrupt", f"interrupted: cancelling {record['key']}")
-                    experiment.cancel(self.campaign, record["key"], reason="interrupted")
+                if record.key not in self.cancelled:
+                    self.cancelled.add(record.key)
+                    self.out.event("interrupt", f"interrupted: cancelling {record.key}")
+                    experiment.cancel(self.campaign, record.key, reason="interrupted")
         if not self.out.live:
             return
         self.read_metrics(running)
@@ -430,13 +416,11 @@ class Loop:
         )
         parts = []
         for record in running:
-            elapsed = (now() - parse_iso(record["started_at"])).total_seconds()
-            parts.append(
-                f"{record['key']} {format_duration(elapsed)} {s.metric} {self.latest.get(record['key'], '-')}"
-            )
+            elapsed = (now() - parse_iso(record.started_at)).total_seconds()
+            parts.append(f"{record.key} {format_duration(elapsed)} {s.metric} {self.latest.get(record.key, '-')}")
         self.out.status(f"[{count}] " + " | ".join(parts) + f" | best {self.best_text()}")
 
-    def read_metrics(self, running: list[dict]) -> None:
+    def read_metrics(self, running: list[Experiment]) -> None:
         from autoresearch_skills import metrics
 
         if time.monotonic() - self.last_metric_read < METRIC_EVERY:
@@ -445,31 +429,29 @@ class Loop:
         s = self.campaign.settings
         for record in running:
             try:
-                sample = metrics.latest(record["run"]["log_path"], s.preset).get(s.metric)
+                sample = metrics.latest(record.run.log_path, s.preset).get(s.metric)
             except (BadInput, OSError):
                 continue
             if sample:
-                self.latest[record["key"]] = f"{sample.value:.4f}"
+                self.latest[record.key] = f"{sample.value:.4f}"
 
     def report_end(self, item: scheduler.Ended) -> None:
         result, row = item.result, item.row
         if row is None:
-            self.out.event("result", f"{item.key}: {result['status']} (decision pending)")
+            self.out.event("result", f"{item.key}: {result.status} (decision pending)")
             return
-        value = f"{result['metric_value']:.6f}" if result.get("metric_value") is not None else "none"
+        value = f"{result.metric_value:.6f}" if result.metric_value is not None else "none"
         self.out.event(
             "result",
-            f"#{row.index} {item.key}: {result['status']} {self.campaign.settings.metric} {value} "
-            f"({result['reason']}, {result['elapsed_min']:.1f} min)",
+            f"#{row.index} {item.key}: {result.status} {self.campaign.settings.metric} {value} "
+            f"({result.reason}, {result.elapsed_min:.1f} min)",
             row=row.to_dict(),
         )
-        for flag in result.get("flags") or []:
+        for flag in result.flags:
             self.out.event("warning", f"#{row.index} {item.key}: {flag}")
 
     def best_text(self) -> str:
-        from autoresearch_skills import ledger
-
-        best = ledger.best(self.campaign.rows(), self.campaign.settings.direction)
+        best = noise.best(self.campaign.rows(), self.campaign.settings.direction)
         return f"{best.metric_value:.4f} ({Path(best.branch).name})" if best else "-"
 
     def finish(self) -> int:

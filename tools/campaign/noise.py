@@ -15,6 +15,13 @@ runs of any one commit) decisions are as before (keep when the number is better)
 says no noise estimate exists. Runs that gave identical values (a deterministic target) count
 any difference.
 
+The best (`best`), the one every command shows and uses (status, the loop's lines, finish, the
+report, memory, `parent: best`, `ars ledger best`, prune's target, the stop rules' target): among
+the rows of the latest fingerprint, the commit with a keep row whose mean over its finished runs
+is best; the earliest such commit wins a tie. A candidate awaiting its rerun has no keep row, so
+it is never the best, and the best is always shown as `keep`. In a ledger without commits or
+reruns every row is its own commit: the best is the best kept row.
+
 Ledger convention (statuses stay NeMo-RL's): a candidate's row is `discard` with `candidate` in
 its `flags`; each rerun's row has `rerun_of` = the first row of its commit and gets the pooled
 decision, with `runs` = the runs pooled and `margin_sigma` = the pooled margin. Rows pool when
@@ -34,10 +41,14 @@ every best gets `best_runs`.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 
 FINISHED = ("keep", "discard")  # statuses whose rows carry a metric
 CANDIDATE_FLAG = "candidate"
+# what the engine adds around a description: a rerun's "rerun of #N: ", a decision's " [status: reason]"
+RERUN_PREFIX = re.compile(r"\Arerun of #\d+: ")
+REASON_SUFFIX = re.compile(r" \[(?:keep|discard|candidate|crash|timeout|cancelled): .*\]\Z", re.DOTALL)
 SHORT_RUN_SECONDS = 30 * 60  # under this per-run limit, the baseline is run more than once
 OUTLIER_SIGMAS = 5.0  # one value this far from the rest of its commit's runs is left out of sigma
 OUTLIER_MIN_DOF = 3  # ... only when the others still give sigma with this many degrees of freedom
@@ -126,6 +137,84 @@ class Decision:
             "margin_sigma": f"{self.margin_sigma:.2f}" if self.margin_sigma is not None else "",
             "runs": str(self.runs),
             "flags": CANDIDATE_FLAG if self.status == "candidate" else "",
+        }
+
+
+@dataclass(frozen=True)
+class Best:
+    """The campaign's best result (see `best`): what every place shows and uses about it. It reads
+    like the row it stands for: `index` is its commit's first row (what `rerun_of` points to),
+    `metric_value` the mean of its runs, `status` always `keep`."""
+
+    group: Group  # its finished runs: key (the first row's index), indexes, n, mean
+    row: object  # the latest kept row of its commit: the columns `to_dict` shows (log, sigma ...)
+    description: str  # the hypothesis, without "rerun of #N: " or a trailing " [status: reason]"
+    status: str = "keep"  # its commit's decided status: never a candidate row's `discard`
+
+    @property
+    def key(self) -> int:
+        return self.group.key
+
+    index = key
+
+    @property
+    def indexes(self) -> list[int]:
+        return self.group.indexes
+
+    @property
+    def n(self) -> int:
+        return self.group.n
+
+    @property
+    def mean(self) -> float:
+        return self.group.mean
+
+    metric_value = mean
+
+    @property
+    def commit(self) -> str:
+        return self.group.commit or self.row.commit
+
+    @property
+    def branch(self) -> str:
+        return self.row.branch
+
+    @property
+    def fingerprint(self) -> str:
+        return self.group.fingerprint
+
+    @property
+    def metric_name(self) -> str:
+        return self.row.metric_name
+
+    def runs_text(self) -> str:
+        """` (mean of 3 runs: #5, #6, #7)`; "" for a single run."""
+        if self.n == 1:
+            return ""
+        return f" (mean of {self.n} runs: " + ", ".join(f"#{i}" for i in self.indexes) + ")"
+
+    def describe(self, metric: str = "") -> str:
+        """The one line every place prints:
+        `#5 keep val_bpb 0.960000 (mean of 3 runs: #5, #6, #7) on autoresearch/x/b @ 1a2b3c4d: idea`."""
+        line = f"#{self.key} {self.status} {metric or self.metric_name or 'metric'} {self.mean:.6f}"
+        line += self.runs_text()
+        line += f" on {self.branch}" if self.branch else ""
+        line += f" @ {self.commit[:8]}" if self.commit else ""
+        about = " ".join(self.description.split())  # one line, whatever the description holds
+        return f"{line}: {about}" if about else line
+
+    def to_dict(self) -> dict:
+        """The best as one ledger row (its latest kept row's columns, with index, metric_value,
+        status and description as above) plus the pooled runs: indexes, n, mean."""
+        return {
+            **self.row.to_dict(),
+            "index": self.key,
+            "metric_value": self.mean,
+            "status": self.status,
+            "description": self.description,
+            "indexes": list(self.indexes),
+            "n": self.n,
+            "mean": self.mean,
         }
 
 
@@ -241,9 +330,31 @@ def latest_fingerprint(rows) -> str | None:
     return next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
 
 
-def best_group(rows, direction: str, fingerprint: str | None = None) -> Group | None:
-    """The commit with a keep row whose pooled mean is best; the earliest wins a tie."""
-    return _best(groups(rows, fingerprint).values(), direction)
+# ---------------------------------------------------------------- the best
+
+
+def best(rows, direction: str, fingerprint: str | None = None) -> Best | None:
+    """The campaign's best result, the one every command shows and uses: among the rows of
+    `fingerprint` (default: the latest, `latest_fingerprint`; "" in a ledger without fingerprints),
+    the commit with a keep row whose mean over its finished runs is best; the earliest wins a tie.
+    None when no commit there has a keep row (a candidate awaiting its rerun has none)."""
+    rows = list(rows)
+    if fingerprint is None:
+        fingerprint = latest_fingerprint(rows) or ""
+    group = _best(groups(rows, fingerprint).values(), direction)
+    if group is None:
+        return None
+    members = {r.index: r for r in rows if r.fingerprint == fingerprint and r.status in FINISHED}
+    runs = [members[i] for i in group.indexes]
+    shown = [r for r in runs if r.status == "keep"][-1]
+    said = [plain_description(r.description) for r in (runs[0], shown)]
+    return Best(group, shown, next((d for d in said if d), ""))
+
+
+def plain_description(text: str) -> str:
+    """A row's description as the hypothesis was written: without the "rerun of #N: " a rerun's
+    row starts with, or the " [status: reason]" a decision with a reason ends with."""
+    return REASON_SUFFIX.sub("", RERUN_PREFIX.sub("", text))
 
 
 # ---------------------------------------------------------------- decisions

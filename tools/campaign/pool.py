@@ -1,8 +1,15 @@
 """The slot pool: how many experiments may run at once, and which GPUs each one gets.
 
     parallel: 4          at most 4 runs in flight (default 1)
-    gpus: "0-7"          the device pool ("0,1,2,3", "0-3,6", or a YAML list)
+    gpus: "0-7"          the device pool: device ids ("0,1,2,3", "0-3,6", "4,", a YAML list) or a count
     gpus_per_run: 2      each run gets its own disjoint CUDA_VISIBLE_DEVICES
+
+One spelling of GPUs everywhere (`parse_gpu_spec`: campaign.yaml, `ars campaign init --gpus`,
+blueprints, `ars blueprint new/run --gpus`), as Slurm and CUDA mean it: a bare whole number is a
+COUNT (`4`, "4": Slurm's --gpus=4; a pool of devices 0-3); a list or range names DEVICE IDS
+(`0-7`, `0,1,2,3`, `[4, 5]`, `CUDA_VISIBLE_DEVICES=4,5`: CUDA_VISIBLE_DEVICES). One device alone is
+`"4,"`, `[4]` or `CUDA_VISIBLE_DEVICES=4`. The spellings that look like the other meaning (`0`,
+`cuda:4`, `gpu4`) are refused with the one that says it.
 
 With `gpus` set, `parallel` defaults to how many runs fit in the pool (8 // 2 = 4 here), and may
 not exceed it. Without `gpus`, slots are plain process slots (CPU jobs, or Slurm jobs that ask
@@ -71,16 +78,17 @@ class Pool:
         """GPUs each Slurm job asks sbatch for (0: none asked)."""
         return self.gpus_per_run if self.launcher == "slurm" else 0
 
-    def grant(self, taken: list[dict], gpus: int | None = None) -> Grant | None:
-        """A free slot (and its devices) given the in-flight experiments' grants, or None.
+    def grant(self, taken: list, gpus: int | None = None) -> Grant | None:
+        """A free slot (and its devices) given what the runs in flight hold (anything with `slot`
+        and `devices`: the in-flight experiments), or None.
         `gpus`: this run's own device count when it differs from `gpus_per_run` (a blueprint)."""
-        used_slots = {t["slot"] for t in taken if t.get("slot") is not None}
+        used_slots = {t.slot for t in taken if t.slot is not None}
         free = [s for s in range(self.parallel) if s not in used_slots]
         if not free:
             return None
         if not self.pins_devices:
             return Grant(free[0], ())
-        used = {d for t in taken for d in t.get("devices") or ()}
+        used = {d for t in taken for d in t.devices or ()}
         available = [d for d in self.gpus if d not in used]
         need = gpus or self.gpus_per_run
         if len(available) < need:
@@ -98,30 +106,110 @@ class Pool:
         return f"{self.parallel} slot(s)"
 
 
+GPU_SPELLINGS = 'a count (4: any four GPUs) or device ids ("0-7", "0,1,2,3", "4," or [4] for device 4 alone)'
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What a `gpus` value asks for: a count of GPUs, or the devices by id (`devices`, in the
+    order written; empty for a count)."""
+
+    count: int
+    devices: tuple[int, ...] = ()
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """The devices a pool holds: those named (sorted), else 0..count-1."""
+        return tuple(sorted(self.devices)) if self.devices else tuple(range(self.count))
+
+    def __str__(self) -> str:
+        """The spelling that reads back as this spec: `4`, `4,5,6,7`, `4,`."""
+        if not self.devices:
+            return str(self.count)
+        return ",".join(map(str, self.devices)) + ("," if len(self.devices) == 1 else "")
+
+
+_ID_OR_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+_TORCH_DEVICE = re.compile(r"(?:cuda|gpu|device)s?\s*[:#=]?\s*(\d+)", re.IGNORECASE)
+_VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*=\s*")
+
+
+def parse_gpu_spec(value, label: str = "gpus") -> GpuSpec:
+    """`4`, "4" -> GpuSpec(4): four GPUs. "0-7", "0,1,2,3", "0-3,6", "4,", [4, 5], "[4, 5]",
+    "CUDA_VISIBLE_DEVICES=4,5" -> those device ids. BadInput, naming the right spelling, for
+    anything else (`0`, `cuda:4`, `gpu4`, a range that runs backwards, a device named twice).
+    `label` starts the message: "gpus" for campaign.yaml, "--gpus" on a command line."""
+    shown = _shown(value)
+    if isinstance(value, bool) or value is None:
+        raise BadInput(f"{label} {shown} is not {GPU_SPELLINGS}")
+    if isinstance(value, int):
+        return _count(value, label)
+    if isinstance(value, (list, tuple)):
+        return _devices([str(part).strip() for part in value], label, shown)
+    if not isinstance(value, str):
+        raise BadInput(f"{label} {shown} is not {GPU_SPELLINGS}")
+    text = value.strip()
+    if visible := _VISIBLE.match(text):
+        return _devices(_split(text[visible.end() :].strip("'\" ")), label, shown)
+    if text.startswith("[") and text.endswith("]"):
+        return _devices(_split(text[1:-1]), label, shown)
+    if text.isdigit():
+        return _count(int(text), label)
+    if torch := _TORCH_DEVICE.fullmatch(text):
+        device = torch.group(1)
+        raise BadInput(
+            f'{label} {shown}: write "{device}," or [{device}] for device {device} alone '
+            f"(CUDA_VISIBLE_DEVICES={device}), or {device} for a count of {device} GPUs"
+        )
+    parts = _split(text)
+    if parts and all(_ID_OR_RANGE.fullmatch(part) for part in parts):
+        return _devices(parts, label, shown)
+    raise BadInput(f"{label} {shown} is not {GPU_SPELLINGS}")
+
+
 def parse_devices(value) -> tuple[int, ...]:
-    """ "0-7", "0,1,2,3", "0-3,6", [0, 1] or 4 (= 0..3) -> sorted unique device ids."""
+    """The device ids of a pool (sorted): those a `gpus` value names, or 0..N-1 for a count N;
+    () for no value."""
     if value in (None, "", []):
         return ()
-    if isinstance(value, bool):
-        raise BadInput(f'gpus {value!r}: give device ids like "0-7" or "0,1,2,3"')
-    if isinstance(value, int):
-        if value < 1:
-            raise BadInput(f'gpus {value}: give device ids like "0-7" or a positive count')
-        return tuple(range(value))
-    parts = value if isinstance(value, list) else re.split(r"[,\s]+", str(value).strip())
-    devices: set[int] = set()
+    return parse_gpu_spec(value).ids
+
+
+def _count(number: int, label: str) -> GpuSpec:
+    if number == 0:
+        raise BadInput(f'{label} 0 is a count of zero GPUs; to pin device 0 write "0," or [0]')
+    if number < 0:
+        raise BadInput(f"{label} {number} is not {GPU_SPELLINGS}")
+    return GpuSpec(number)
+
+
+def _devices(parts: list[str], label: str, shown: str) -> GpuSpec:
+    devices: list[int] = []
     for part in parts:
-        text = str(part).strip()
-        if not text:
-            continue
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+        match = _ID_OR_RANGE.fullmatch(part)
         if not match:
-            raise BadInput(f"gpus {value!r}: {text!r} is not a device id or range like 0-7")
+            raise BadInput(f"{label} {shown}: {part!r} is not a device id or a range like 4-7")
         low, high = int(match[1]), int(match[2] or match[1])
         if high < low:
-            raise BadInput(f"gpus {value!r}: range {text} runs backwards")
-        devices.update(range(low, high + 1))
-    return tuple(sorted(devices))
+            raise BadInput(f"{label} {shown}: the range {part} runs backwards (write {high}-{low})")
+        for device in range(low, high + 1):
+            if device in devices:
+                raise BadInput(f"{label} {shown} names device {device} twice")
+            devices.append(device)
+    if not devices:
+        raise BadInput(f"{label} {shown} names no device; give {GPU_SPELLINGS}")
+    return GpuSpec(len(devices), tuple(devices))
+
+
+def _split(text: str) -> list[str]:
+    """Ids and ranges separated by commas or spaces; a trailing comma ("4,") adds nothing."""
+    return [part for part in re.split(r"[,\s]+", text.strip()) if part]
+
+
+def _shown(value) -> str:
+    if isinstance(value, str):
+        return value if value.strip() and not re.search(r"\s", value.strip()) else repr(value)
+    return "[" + ", ".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else str(value)
 
 
 def _positive_int(value, name: str) -> int:

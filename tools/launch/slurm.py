@@ -14,10 +14,15 @@ linuxproc tracking can miss processes: `cancel` also stops the job's process tre
 on this machine.
 
 The timeout is Slurm's `--time`, rounded up to whole minutes; Slurm sends SIGTERM at the limit
-and SIGKILL about KillWait (10 s by default) later. `status` asks `scontrol show job` (one
-subprocess), and only when the controller has forgotten the job `sacct -c` (the jobcomp file)
-and then `sacct` (slurmdbd). A finished state is written to the run file, so later calls spawn
-nothing.
+and SIGKILL about KillWait (10 s by default) later.
+
+`status` and `wait` read Slurm through the process's one watcher (slurm_watch.py): one `squeue`
+for all jobs in flight, at most every 5 s while nothing changes, whoever polls and how often;
+`scontrol show job` only for a job squeue does not list, and `sacct -c` / `sacct` once the
+controller has forgotten it. Between queries they stat the job's files, which cost Slurm
+nothing: the exit file (the command ended) and the pid file or log (the job started) make the
+watcher ask at once, so an end is seen within about a second. A finished state is written to
+the run file, so later calls spawn nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ import platform
 import re
 import shlex
 import shutil
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -38,12 +42,9 @@ from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug
 from autoresearch_skills.launch.local import prepare_run, record
 from autoresearch_skills.launch.proctree import alive, kill_tree, read_proc
 from autoresearch_skills.launch.runindex import remember
+from autoresearch_skills.launch.slurm_watch import PENDING, RUNNING, accounting_fields, call, watcher
 
-SLURM_TIMEOUT = 60.0  # seconds for sbatch/scontrol/sacct/scancel to answer (a busy controller is slow)
-POLL_FIRST = 0.5  # seconds between `scontrol` calls while waiting, growing ...
-POLL_GROWTH = 1.5
-POLL_MAX = 5.0  # ... to this: a long job costs the controller one query every 5 s
-EXIT_FILE_POLL = 0.25  # the exit file is a local stat: checked often, so a short job ends fast
+LOCAL_POLL = 0.25  # seconds between looks at the job's files while waiting (stats, no Slurm call)
 CANCEL_WAIT = 120.0  # after scancel, for Slurm to report the end (KillWait, then job epilogue)
 
 # sbatch options that RunSpec.resources may set (`ars run --partition --gpus --mem --cpus`).
@@ -56,11 +57,8 @@ RESOURCE_OPTIONS = {
     "qos": "--qos",
 }
 
-# Slurm job state -> our state; a final state's exit code comes from the exit file or ExitCode=.
-PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
-RUNNING = frozenset(
-    {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"}
-)
+# Slurm job state -> our state (PENDING and RUNNING: slurm_watch.py); a final state's exit code
+# comes from the exit file or ExitCode=.
 EXITED = frozenset({"COMPLETED", "FAILED", "OUT_OF_MEMORY", "SPECIAL_EXIT"})
 TIMED_OUT = frozenset({"TIMEOUT", "DEADLINE"})
 CANCELLED = frozenset({"CANCELLED", "PREEMPTED", "REVOKED"})
@@ -118,7 +116,7 @@ class SlurmLauncher:
         Path(files["sbatch"]).write_text(script)
         log_existed = log.exists()
         log.write_text("")  # Slurm creates it only when the job starts: followers need it now
-        result = _slurm([*argv, files["sbatch"]], what="sbatch")
+        result = call([*argv, files["sbatch"]], what="sbatch")
         job_id = result.stdout.strip().split(";")[0]  # "ID" or "ID;CLUSTER"
         if result.returncode != 0 or not job_id.isdigit():
             Path(files["sbatch"]).unlink(missing_ok=True)
@@ -139,51 +137,43 @@ class SlurmLauncher:
         )
         run.save()
         remember(run)
+        watcher().track(job_id, job_name)  # asked at the first look, then soon again
         return run
 
     # -- judge ------------------------------------------------------------------
 
     def status(self, run: Run) -> State:
-        """One `scontrol` call; `sacct` only once the controller has forgotten the job."""
+        """What the watcher knows (one query for all jobs when it is due; none otherwise)."""
         current = run.reload()
         if current.state in FINISHED:
             return current.recorded_state()
-        result = _slurm(["scontrol", "show", "job", "-o", current.run_id], what="scontrol")
-        job = parse_fields(result.stdout) if result.returncode == 0 else {}
-        if job and job.get("JobName") not in (None, current.extra.get("job_name")):
-            job = {}  # the id was reused (a reinstalled controller): not our job
-        if job:
-            state = judge(job, exit_status(current))
-        elif result.returncode != 0 and "invalid job id" not in result.stderr.lower():
-            why = result.stderr.strip().replace("\n", " ")[-300:]
-            return State(current.state, current.exit_code, f"Slurm does not answer: {why}")  # type: ignore[arg-type]
+        watch = watcher()
+        watch.track(current.run_id, current.extra.get("job_name"))
+        for event in local_events(current):
+            watch.hint(current.run_id, event)
+        job = watch.look(current.run_id)
+        if job.error:
+            return State(current.state, current.exit_code, job.error)  # type: ignore[arg-type]
+        if job.source == "forgotten":
+            state = forgotten_state(current)
         else:
-            state = accounting_state(current)
+            state = judge(job.fields, exit_status(current))
         if state.finished:
             return record(current, state)
         if state.name != current.state:
-            _note_progress(current, state, job)
+            _note_progress(current, state, job.fields)
         return state
 
     def wait(self, run: Run, seconds: float | None = None) -> State:
-        """Poll Slurm (0.5 s growing to 5 s), and the exit file in between: once the command
-        has ended, Slurm is asked again at once until it reports the end."""
+        """Look every LOCAL_POLL seconds: the job's files each time (stats), Slurm when the
+        watcher says it is due or the files say the job has moved."""
         end = None if seconds is None else time.monotonic() + max(0.0, seconds)
-        exit_file = Path(run.reload().extra.get("exit_file", run.log_path + ".exit"))
-        command_ended = exit_file.exists()
-        delay = POLL_FIRST
         while True:
             state = self.status(run)
             left = None if end is None else end - time.monotonic()
             if state.finished or (left is not None and left <= 0):
                 return state
-            wake = time.monotonic() + (delay if left is None else min(delay, left))
-            delay = min(delay * POLL_GROWTH, POLL_MAX)
-            while (now := time.monotonic()) < wake:
-                if not command_ended and exit_file.exists():
-                    command_ended, delay = True, POLL_FIRST
-                    break
-                time.sleep(min(EXIT_FILE_POLL, wake - now))
+            time.sleep(LOCAL_POLL if left is None else min(LOCAL_POLL, left))
 
     def close(self, run: Run) -> bool:
         """Slurm frees a job's resources itself; its log and run file stay."""
@@ -196,9 +186,10 @@ class SlurmLauncher:
         if state.finished:
             stop_leftovers(current, grace=0)
             return state
-        result = _slurm(["scancel", current.run_id], what="scancel")
+        result = call(["scancel", current.run_id], what="scancel")
         if result.returncode != 0 and "invalid job id" not in result.stderr.lower():
             raise BadInput(f"scancel {current.run_id} failed: {result.stderr.strip()}")
+        watcher().invalidate(current.run_id)  # what it said before scancel no longer holds
         stop_leftovers(current, grace=current.grace)
         state = self.wait(current, CANCEL_WAIT)
         stop_leftovers(current, grace=0)  # what Slurm's tracking missed
@@ -263,30 +254,6 @@ def resource_options(resources: dict[str, str]) -> list[str]:
 # -- reading Slurm ----------------------------------------------------------------
 
 
-def _slurm(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT, stdin=subprocess.DEVNULL, check=False
-        )
-    except FileNotFoundError as err:
-        raise BadInput(
-            f"{what} not found: run on a Slurm login node, or choose --launcher local or tmux"
-        ) from err
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 1, "", f"{what} did not answer in {SLURM_TIMEOUT:g}s")
-
-
-def parse_fields(text: str) -> dict[str, str]:
-    """`scontrol show job -o`'s one line, the keys we read (their values hold no spaces)."""
-    keys = ("JobName", "JobState", "Reason", "ExitCode", "StartTime", "BatchHost", "TimeLimit")
-    found = {}
-    for key in keys:
-        match = re.search(rf"(?:^|\s){key}=(\S*)", text)
-        if match:
-            found[key] = match.group(1)
-    return found
-
-
 def judge(job: dict[str, str], exit_file_status: int | None) -> State:
     """Our state from Slurm's; the exit file's status wins over Slurm's ExitCode."""
     slurm_state = job.get("JobState", "").split()[0] if job.get("JobState") else "UNKNOWN"
@@ -311,22 +278,16 @@ def judge(job: dict[str, str], exit_file_status: int | None) -> State:
 def accounting_state(run: Run) -> State:
     """What `sacct -c` (the jobcomp file), then `sacct` (slurmdbd) say about a job the
     controller has forgotten (MinJobAge passed); the exit file when neither knows it."""
-    query = ["-n", "-P", "-S", "2000-01-01", "-j", run.run_id, "-o", "JobID,JobName,State,ExitCode"]
-    for source in (["-c"], ["-X"]):
-        result = _slurm(["sacct", *source, *query], what="sacct")
-        rows = [line.split("|") for line in result.stdout.splitlines() if result.returncode == 0]
-        ours = [
-            row
-            for row in rows
-            if len(row) >= 4 and row[0] == run.run_id and row[1] == run.extra.get("job_name", row[1])
-        ]
-        if ours:  # the last one: a reused id appends a newer record
-            _, _, slurm_state, exit_code = ours[-1][:4]
-            return judge({"JobState": slurm_state, "ExitCode": exit_code}, exit_status(run))
+    fields = accounting_fields(run.run_id, run.extra.get("job_name"))
+    return judge(fields, exit_status(run)) if fields else forgotten_state(run)
+
+
+def forgotten_state(run: Run) -> State:
+    """A job no part of Slurm knows any more: its exit file tells, or it is lost."""
     code = exit_status(run)
     if code is not None:
         return State("exited", code, f"Slurm has forgotten job {run.run_id}; status from its exit file")
-    return State("lost", None, f"Slurm knows no job {run.run_id} (neither scontrol nor sacct)")
+    return State("lost", None, f"Slurm knows no job {run.run_id} (neither squeue, scontrol nor sacct)")
 
 
 def _exit_code(text: str) -> int | None:
@@ -344,6 +305,24 @@ def exit_status(run: Run) -> int | None:
         return int(Path(run.extra.get("exit_file", run.log_path + ".exit")).read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def local_events(run: Run) -> list[str]:
+    """What the job's files say without asking Slurm: "ended" once the exit file exists,
+    "started" once the batch script wrote its pid file or the log grew."""
+    extra = run.extra
+    if Path(extra.get("exit_file", run.log_path + ".exit")).exists():
+        return ["ended"]
+    if run.state == "pending" and (Path(extra.get("pid_file", run.log_path + ".pid")).exists() or _grew(run)):
+        return ["started"]
+    return []
+
+
+def _grew(run: Run) -> bool:
+    try:
+        return Path(run.log_path).stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _note_progress(run: Run, state: State, job: dict[str, str]) -> None:

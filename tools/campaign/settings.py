@@ -1,0 +1,411 @@
+"""Every campaign setting, declared once: its key, type and check, default, and one line of help.
+
+    SETTINGS            the top-level keys of campaign.yaml, in the order a campaign folder's copy lists them
+    POLICY              the keys under `policy:` (where the unattended loop's hypotheses come from)
+    Settings            one campaign's settings: a dataclass whose fields and defaults are SETTINGS'
+    reference_table()   the tables of references/campaign-settings.md
+
+Three readers are built from this table, so they cannot drift from it or from each other:
+campaign.yaml validation (campaign/config.py: unknown keys, types, ranges), the `Settings` object
+(below: `make_dataclass` over SETTINGS), and the options of `ars campaign init` (campaign/cli.py:
+`gpus_per_run` becomes `--gpus-per-run`, a choice a click.Choice, a boolean a flag, a list of
+paths a repeatable option; help and default come from here). A mapping (`policy`, `watch`,
+`metric_source`) has no command-line form: it is set in campaign.yaml only.
+
+A campaign.yaml written by an earlier release reads as it did: its keys are these keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
+from autoresearch_skills.campaign.pool import GPU_SPELLINGS, Pool, parse_gpu_spec
+from autoresearch_skills.clock import parse_duration
+from autoresearch_skills.errors import BadInput
+from autoresearch_skills.launch import LAUNCHERS
+
+PRESETS = ("karpathy", "nemo-rl", "verl", "agentjet", "generic")  # how a run log is read (metrics.py)
+PRUNE_RULES = ("off", "median", "forecast", "both")  # as runwatch.PRUNE_RULES
+
+
+def launchers() -> tuple[str, ...]:
+    """The launchers registered now (a plug-in may add one after this module loads)."""
+    return tuple(LAUNCHERS)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A value check: `test(value)` is True when the value is acceptable; `what` completes
+    "`key` must be ..." in the error. `form` says how a command line asks for the value."""
+
+    test: Callable[[Any], bool]
+    what: str
+    form: str = "text"  # text | choice | integer | number | flag | paths | folder; mapping: in a file only
+    py: str = "str"  # the Python type of the value: the Settings field's annotation
+    choices: Callable[[], tuple[str, ...]] = tuple  # choice: the options
+    minimum: float | None = None  # integer, number: the smallest value allowed ...
+    open_minimum: bool = False  # ... or the bound the value must be above
+    explain: Callable[[Any, str], str | None] | None = None  # a sharper sentence than `what`, by value
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    kind: Kind
+    default: Any
+    help: str
+    required: bool = False  # a campaign file (`ars campaign run`) must set it
+    written: bool = (
+        False  # ars always writes it into the campaign folder's copy: a Settings field without default
+    )
+    internal: bool = False  # only ars writes it; users never do
+    stored: bool = True  # a Settings field, kept in the campaign folder's campaign.yaml
+    where: str = "option"  # how `ars campaign init` takes it: option, argument, or file (campaign.yaml only)
+    flags: tuple[str, ...] = ()  # the option's spellings, when not --<name with dashes>
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The `ars campaign init` spellings of this setting; () when a command line cannot set it."""
+        if self.internal or self.where != "option":
+            return ()
+        return self.flags or ("--" + self.name.replace("_", "-"),)
+
+    def problem(self, value: Any, label: str | None = None) -> str | None:
+        """Why `value` is refused, one sentence naming `label` (default `name`); None when it is fine.
+        `key:` with nothing after it means the default, which for most keys is none."""
+        if value is None and self.default is None and not self.required:
+            return None
+        if self.kind.test(value):
+            return None
+        label = label or f"`{self.name}`"
+        sharper = self.kind.explain(value, label.strip("`")) if self.kind.explain else None
+        return sharper or f"{label} must be {self.kind.what} (got {shown(value)})"
+
+
+def shown(value: Any) -> str:
+    """A value in an error message, cut to 60 characters."""
+    text = "nothing" if value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---------------------------------------------------------------- kinds of values
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def text() -> Kind:
+    return Kind(lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty text")
+
+
+def folder() -> Kind:
+    return Kind(lambda v: isinstance(v, str) and bool(v.strip()), "a folder path", form="folder")
+
+
+def choice(*options: str) -> Kind:
+    return Kind(
+        lambda v: v in options, "one of " + ", ".join(options), form="choice", choices=lambda: options
+    )
+
+
+def lazy_choice(options: Callable[[], tuple[str, ...]], what: str) -> Kind:
+    """A choice whose options are known only when asked (the launcher registry)."""
+    return Kind(lambda v: isinstance(v, str) and v in options(), what, form="choice", choices=options)
+
+
+def integer(minimum: int | None = None) -> Kind:
+    what = "an integer" + (f" >= {minimum}" if minimum is not None else "")
+    return Kind(
+        lambda v: _is_int(v) and (minimum is None or v >= minimum),
+        what,
+        form="integer",
+        py="int",
+        minimum=minimum,
+    )
+
+
+def number(above: float | None = None, at_least: float | None = None) -> Kind:
+    what = "a number" + (
+        f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
+    )
+    return Kind(
+        lambda v: _is_number(v) and (above is None or v > above) and (at_least is None or v >= at_least),
+        what,
+        form="number",
+        py="float",
+        minimum=above if above is not None else at_least,
+        open_minimum=above is not None,
+    )
+
+
+def boolean() -> Kind:
+    return Kind(lambda v: isinstance(v, bool), "true or false", form="flag", py="bool")
+
+
+def mapping() -> Kind:
+    return Kind(lambda v: isinstance(v, dict), "a mapping (key: value lines)", form="mapping", py="dict")
+
+
+def paths() -> Kind:
+    return Kind(
+        lambda v: isinstance(v, list) and all(isinstance(p, str) and p.strip() for p in v),
+        "a list of file paths, e.g. [train.py]",
+        form="paths",
+        py="list",
+    )
+
+
+def duration() -> Kind:
+    def test(value: Any) -> bool:
+        if isinstance(value, bool):
+            return False
+        try:
+            parse_duration(value)
+        except (ValueError, TypeError):
+            return False
+        return True
+
+    return Kind(test, "a duration such as 90s, 20m or 1h30m")
+
+
+def command_line() -> Kind:
+    return Kind(
+        lambda v: (
+            (isinstance(v, str) and bool(v.strip()))
+            or (isinstance(v, list) and bool(v) and all(isinstance(p, str) for p in v))
+        ),
+        "a command line (text) or a list of arguments",
+    )
+
+
+def stop_rules() -> Kind:
+    return Kind(
+        lambda v: isinstance(v, (str, dict)),
+        'stop rules in words ("24 experiments or 6h total") or a mapping',
+        py="dict",
+    )
+
+
+def slurm_value() -> Kind:
+    return Kind(
+        lambda v: (isinstance(v, str) and bool(v.strip())) or _is_int(v),
+        'a Slurm value such as "64G" or 8',
+        py="str | int",
+    )
+
+
+def gpus() -> Kind:
+    """campaign/pool.py's one GPU spelling: a count, or device ids."""
+
+    def problem(value: Any, label: str = "gpus") -> str | None:
+        try:
+            parse_gpu_spec(value, label)
+        except BadInput as err:
+            return err.message
+        return None
+
+    return Kind(lambda v: problem(v) is None, GPU_SPELLINGS, py="str | int | list", explain=problem)
+
+
+def prune_rule() -> Kind:
+    return Kind(
+        lambda v: v in PRUNE_RULES or isinstance(v, bool),  # YAML reads a bare `off`/`on` as a boolean
+        "one of " + ", ".join(PRUNE_RULES),
+        form="choice",
+        py="str | bool",
+        choices=lambda: PRUNE_RULES,
+    )
+
+
+def policy_queue() -> Kind:
+    return Kind(
+        lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v),
+        "a list of {slug, description, set or patch}",
+    )
+
+
+# ---------------------------------------------------------------- the declaration
+
+# fmt: off
+SETTINGS: dict[str, Key] = {k.name: k for k in [
+    Key("name", text(), None, "campaign name: its folder and the branch prefix autoresearch/<date>-<name>", required=True, written=True, where="argument"),
+    Key("metric", text(), None, "the metric the ledger ranks attempts by, e.g. val_bpb", required=True, written=True),
+    Key("direction", choice("min", "max"), None, "min: lower is better; max: higher is better", required=True, written=True),
+    Key("command", text(), None, 'the training command, run in the experiment\'s checkout, e.g. "uv run train.py"', required=True, written=True),
+    Key("repo", text(), None, "the repository's root", written=True, internal=True),
+    Key("prefix", text(), None, "branch prefix (default autoresearch/<YYYYmmdd>-<name>)", written=True),
+    Key("folder", folder(), None, f"campaign folder (default {CAMPAIGNS_DIR.as_posix()}/<name>)", stored=False, flags=("--dir",)),
+    Key("created_at", text(), None, "when the campaign started (the deadline is fixed from it)", written=True, internal=True),
+    Key("preset", choice(*PRESETS), "karpathy", "how the metric is read from the run log"),
+    Key("launcher", lazy_choice(launchers, "one of local, tmux, slurm"), "local", "where runs start: local, tmux or slurm"),
+    Key("stop_text", Kind(lambda v: isinstance(v, str), "a text"), "", "the stop rules as the user wrote them", internal=True),
+    Key("stop", stop_rules(), {}, 'stop rules in words ("24 experiments or 6h total, 10m each") or, in a file, a mapping; none: baseline plus three, then stop'),
+    Key("strategy", choice("branches", "ratchet"), "branches", "branches: one branch per hypothesis; ratchet: one branch reset on discard (only when asked for)"),
+    Key("worktrees", choice("auto", "always", "off"), "auto", "run in a git worktree when the tree has uncommitted changes (auto), always, or refuse (off)"),
+    Key("decide", choice("auto", "manual"), "auto", "manual: `ars exp mark` writes each row"),
+    Key("keep_ties", boolean(), False, "a result equal to the best counts as kept"),
+    Key("require_baseline", boolean(), True, "experiments wait for a recorded baseline"),
+    Key("tmux_socket", text(), None, "private tmux server for the runs (tmux -L NAME, or -S PATH)", flags=("--tmux-socket", "--socket")),
+    Key("keep_sessions", integer(0), 5, "tmux sessions of the latest finished runs left open; older ones are closed (logs stay)"),
+    Key("policy", mapping(), {}, "where the unattended loop's hypotheses come from (the policy keys below); `ars campaign run` needs it", required=True, where="file"),
+    Key("parallel", integer(1), None, "experiments in flight at once (default 1, or as many as fit in `gpus`)"),
+    Key("gpus", gpus(), None, "the GPU pool: a count (4: devices 0-3) or device ids (0-7, 0,1,2,3, `4,` or [4] for device 4 alone); each run gets its own CUDA_VISIBLE_DEVICES"),
+    Key("gpus_per_run", integer(1), None, "GPUs each run gets from the pool, or asks Slurm for (default 1)"),
+    Key("partition", slurm_value(), None, "Slurm: the partition (sbatch --partition)"),
+    Key("mem", slurm_value(), None, "Slurm: memory per run (sbatch --mem), e.g. 64G"),
+    Key("cpus", slurm_value(), None, "Slurm: CPUs per run (sbatch --cpus-per-task)"),
+    Key("baseline_repeats", integer(1), None, "baseline runs, to measure the noise between identical runs (default 3 when runs are under 30 min, else 1); every new best is run as often"),
+    Key("noise_margin", number(above=0), None, "a pooled mean is kept when it leads the best by this many sigma of the difference (default 1.75)"),
+    Key("comparable_margin", number(at_least=0), 0.2, "how far (as a fraction) steps or throughput may differ from the parent's for rows to be ranked together"),
+    Key("frozen", paths(), [], "files no experiment may change (the evaluation, e.g. prepare.py)"),
+    Key("mutable", paths(), [], "the only files experiments may change; the loop's proposals follow `policy.mutable`", where="file"),
+    Key("watch", mapping(), {}, "anomaly checks while a run goes: per kind cancel, warn or ignore; stall_after, first_step (references/anomaly-catalogue.md)", where="file"),
+    Key("prune", prune_rule(), None, "early stopping: off, median, forecast or both (default: median for runs over 10 min, else off)"),
+    Key("metric_source", mapping(), None, "where the metric comes from when not the run log (jsonl, tensorboard, wandb, mlflow)", where="file"),
+    Key("first_step_timeout", duration(), None, "cancel a run that has not logged its first step in this long (default 20m)"),
+    Key("throughput_key", text(), None, "the log key for steps or tokens per second (default: tok/sec for karpathy)"),
+    Key("max_commit_mb", number(above=0), 5, "new files larger than this many MB stay out of hypothesis commits"),
+]}
+
+POLICY: dict[str, Key] = {k.name: k for k in [
+    Key("kind", choice("queue", "grid", "random", "command"), None, "queue, grid, random or command", required=True, where="file"),
+    Key("queue", policy_queue(), [], "queue: the hypotheses, in order", where="file"),
+    Key("space", mapping(), {}, "grid and random: UPPER_CASE names and their values", where="file"),
+    Key("samples", integer(1), 8, "random: how many draws", where="file"),
+    Key("seed", integer(), 0, "random: the seed of the draws", where="file"),
+    Key("command", command_line(), None, "command: the external proposer (JSON in on stdin, one proposal out)", where="file"),
+    Key("program", text(), "program.md", "command: the research program the proposer reads", where="file"),
+    Key("timeout", number(above=0), 900.0, "command: seconds the proposer may think", where="file"),
+    Key("mutable", paths(), [], "the only files proposals may change (`set:` edits the first)", where="file"),
+    Key("frozen", paths(), [], "files proposals may never change", where="file"),
+    Key("parent", text(), "best", "where each experiment branches from: best, baseline or a git ref", where="file"),
+]}
+# fmt: on
+
+
+def defaults() -> dict[str, Any]:
+    """Every key a user may set, with its default (required keys have none)."""
+    return {k.name: k.default for k in SETTINGS.values() if not k.required and not k.internal}
+
+
+# ---------------------------------------------------------------- the settings object
+
+
+class _Rules:
+    """What the settings imply: stop rules, early stopping, the noise rule, watching, the pool."""
+
+    def stop_rules(self):
+        from autoresearch_skills.stoprule import from_mapping
+
+        return from_mapping(self.stop, source="campaign.yaml stop")
+
+    def prune_rule(self) -> str:
+        """The early-stopping rule in force. Unset: the median rule for runs longer than 10 minutes
+        (bench/bench_prune.py: about half the compute saved, under 1% of eventual winners stopped),
+        off for shorter ones, whose curves are too short to judge."""
+        if self.prune is not None:
+            return "off" if self.prune is False else str(self.prune)
+        per_run = self.stop_rules().per_run_timeout
+        return "median" if per_run and per_run > 600 else "off"
+
+    def noise_policy(self):
+        """The keep/discard rule that knows the noise (campaign/noise.py): every new best, the
+        baseline first, is run `baseline_repeats` times; a result within noise is a candidate."""
+        from autoresearch_skills.campaign.noise import default_policy
+
+        changes = {"keep_ties": bool(self.keep_ties)}
+        if self.noise_margin is not None:
+            changes["margin"] = float(self.noise_margin)
+        if self.baseline_repeats is not None:
+            changes["best_runs"] = int(self.baseline_repeats)
+        return default_policy(self.stop_rules().per_run_timeout, **changes)
+
+    def watch_policy(self, watch: dict | None = None):
+        """How runs are watched: `watch` (default: campaign.yaml's) over the defaults."""
+        from autoresearch_skills.runwatch import WatchPolicy
+
+        watch = self.watch if watch is None else watch
+        first_step_timeout = None if "first_step_timeout" in (watch or {}) else self.first_step_timeout
+        return WatchPolicy.from_settings(
+            watch or None, self.prune_rule(), first_step_timeout, preset=self.preset
+        )
+
+    def frozen_paths(self) -> list[str]:
+        """Files no experiment may change: `frozen:` and the loop policy's `frozen:`."""
+        listed = [*(self.frozen or []), *((self.policy or {}).get("frozen") or [])]
+        return list(dict.fromkeys(str(p) for p in listed))
+
+    def pool(self) -> Pool:
+        return Pool.from_settings(self.parallel, self.gpus, self.gpus_per_run, self.launcher)
+
+
+def _field(key: Key) -> tuple[str, str, Any]:
+    annotation = key.kind.py + (" | None" if key.default is None else "")
+    if key.written:
+        return key.name, annotation, dataclasses.field()
+    if isinstance(key.default, (dict, list)):
+        empty = type(key.default)
+        return key.name, annotation, dataclasses.field(default_factory=empty)
+    return key.name, annotation, dataclasses.field(default=key.default)
+
+
+Settings = dataclasses.make_dataclass(
+    "Settings",
+    [_field(key) for key in SETTINGS.values() if key.stored],
+    bases=(_Rules,),
+    namespace={
+        "__doc__": "campaign.yaml in a campaign folder: everything decided up front, so a resumed agent "
+        "decides nothing twice. Fields and defaults: SETTINGS.",
+        "__module__": __name__,
+    },
+)
+
+
+# ---------------------------------------------------------------- the reference page
+
+
+def reference_table() -> str:
+    """The tables of references/campaign-settings.md: every key with its type, default, how
+    `ars campaign init` sets it, and its help."""
+    header = ["| key | type | default | `ars campaign init` | what it does |", "|---|---|---|---|---|"]
+    top = [_row(key.name, key) for key in SETTINGS.values()]
+    policy = [_row(f"policy.{key.name}", key) for key in POLICY.values()]
+    return "\n".join([*header, *top, "", *header, *policy]) + "\n"
+
+
+def shown_default(key: Key) -> str:
+    """A key's default as the reference page shows it."""
+    value = key.default
+    if key.required:
+        return "required"
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    if isinstance(value, (dict, list)):
+        return "`{}`" if isinstance(value, dict) else "`[]`"
+    return f'`"{value}"`' if value == "" else f"`{value}`"
+
+
+def _row(name: str, key: Key) -> str:
+    if key.internal:
+        cli = "written by ars"
+    elif key.where == "argument":
+        cli = key.name.upper() + " (argument)"
+    elif key.options:
+        cli = ", ".join(f"`{flag}`" for flag in key.options)
+    else:
+        cli = "file only"
+    cells = [f"`{name}`", key.kind.what, shown_default(key), cli, key.help]
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"

@@ -1,0 +1,99 @@
+"""Where a campaign stands, as plain data: what `ars campaign status`, `ars memory resume`, the
+hooks and `ars exp wait` show. Pure reading: the ledger, state.json (through its owner) and git.
+
+    status_facts(campaign)     attempted and remaining, the best (noise.best), the noise, the
+                               latest row, every experiment in flight, the queue, the verdict
+    in_flight_facts(e)         one experiment in flight: phase, slot, GPUs, elapsed, session or job
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from autoresearch_skills import gitflow
+from autoresearch_skills.campaign import noise
+from autoresearch_skills.campaign.record import Experiment, Phase
+from autoresearch_skills.campaign.store import Campaign
+from autoresearch_skills.clock import format_duration, now, parse_iso
+from autoresearch_skills.errors import BadInput
+
+
+def status_facts(campaign: Campaign) -> dict:
+    """Everything `campaign status` and `memory resume` report, as plain data."""
+    rows = campaign.rows()
+    s = campaign.settings
+    state = campaign.state.read()
+    verdict = campaign.verdict(state=state)
+    best = noise.best(rows, s.direction)
+    in_flight = [in_flight_facts(e) for e in state.experiments.values()]
+    decide = state.in_phase(Phase.DECIDE)
+    try:
+        branch = gitflow.current_branch(s.repo)
+    except BadInput:
+        branch = "(detached HEAD)"
+    latest = rows[-1] if rows else None
+    estimate = noise.estimate(rows, fingerprint=noise.latest_fingerprint(rows))
+    return {
+        "name": s.name,
+        "folder": str(campaign.folder),
+        "noise": estimate.describe(),
+        "sigma": estimate.sigma,
+        "metric": s.metric,
+        "direction": s.direction,
+        "stop_rules": s.stop_text or ", ".join(f"{k}={v}" for k, v in s.stop.items()),
+        "deadline": s.stop.get("deadline"),
+        "verdict": verdict.line,
+        "should_continue": verdict.should_continue,
+        "paused": campaign.paused,
+        "attempted": verdict.attempted,
+        "remaining_experiments": verdict.remaining_experiments,
+        "remaining_time": format_duration(verdict.remaining_seconds)
+        if verdict.remaining_seconds is not None
+        else None,
+        "best": best.describe(s.metric) if best else None,
+        "best_row": best.to_dict() if best else None,
+        "latest": _describe_row(latest, s.metric) if latest else None,
+        "current_branch": branch,
+        "pool": s.pool().describe(),
+        "in_flight": in_flight,
+        "running": "; ".join(f["line"] for f in in_flight if f["phase"] == "running") or None,
+        "open": [f["key"] for f in in_flight if f["phase"] in ("opening", "open")],
+        "queue": [f["key"] for f in in_flight if f["phase"] == "queued"],
+        "pending_decision": _result_facts(decide[0]) if decide else None,
+    }
+
+
+def _describe_row(row, metric: str) -> str:
+    """The latest row as it was written (a candidate's row says `discard`, with its flag)."""
+    value = f"{row.metric_value:.6f}" if row.status in ("keep", "discard") else "no metric"
+    return f"#{row.index} {row.status} {metric} {value} on {row.branch} @ {row.commit[:8]}: {row.description}"
+
+
+def _result_facts(experiment: Experiment) -> dict | None:
+    return asdict(experiment.result) if experiment.result else None
+
+
+def in_flight_facts(experiment: Experiment) -> dict:
+    """One in-flight experiment as `campaign status` shows it: slot, GPUs, elapsed, session/job."""
+    run = experiment.run
+    elapsed = None
+    if experiment.phase is Phase.RUNNING and experiment.started_at:
+        elapsed = format_duration((now() - parse_iso(experiment.started_at)).total_seconds())
+    devices = ",".join(str(d) for d in experiment.devices) or None
+    facts = {
+        "key": experiment.key,
+        "branch": experiment.branch,
+        "phase": experiment.phase.value,
+        "slot": experiment.slot,
+        "gpus": devices,
+        "elapsed": elapsed,
+        "limit": format_duration(experiment.timeout) if experiment.timeout else None,
+        "run_id": run.run_id if run else None,
+        "log": run.log_path if run else None,
+        "workdir": experiment.workdir,
+    }
+    where = f"slot {experiment.slot}" + (f", GPUs {devices}" if devices else "")
+    facts["line"] = f"{experiment.key} [{experiment.phase}]" + (
+        f" {where}, {elapsed} of {facts['limit']}, {run.launcher} {run.run_id}" if run else ""
+    )
+    return facts

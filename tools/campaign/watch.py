@@ -1,0 +1,59 @@
+"""Watching the runs in flight while someone waits on them: one run watcher per running
+experiment of this process (anomalies, stalls, first step, early stopping: runwatch.py), polled
+between scheduler ticks. A condemned run is cancelled at once with the watcher's status and
+reason; a warning is kept for its row. Whoever waits, watches: the loop, `ars exp run`,
+`ars exp wait` and a swarm all poll them. A detached run that nobody waits on is bounded by its
+timeout alone (there is no watching daemon).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from autoresearch_skills.campaign import experiment as lifecycle
+from autoresearch_skills.campaign.record import Experiment
+from autoresearch_skills.campaign.store import Campaign
+from autoresearch_skills.clock import now, parse_iso
+from autoresearch_skills.runwatch import RunWatcher
+
+
+class Watchers:
+    def __init__(self, campaign: Campaign, say: Callable[[str], None] | None = None):
+        self.campaign = campaign
+        self.say = say or (lambda line: None)
+        self.watchers: dict[str, RunWatcher] = {}  # run_id -> its watcher
+        self.policy = None
+
+    def poll(self, running: list[Experiment]) -> None:
+        s = self.campaign.settings
+        if self.policy is None:
+            self.policy = s.watch_policy()
+        clock = time.monotonic()
+        live = {e.run.run_id for e in running}
+        for run_id in [k for k in self.watchers if k not in live]:
+            self.watchers.pop(run_id).finish()
+        for experiment in running:
+            watcher = self.watchers.get(experiment.run.run_id)
+            if watcher is None:
+                watcher = self.watchers[experiment.run.run_id] = self._watcher(experiment, clock)
+            verdict = watcher.poll(clock)
+            if verdict is None:
+                continue
+            if verdict.action == "cancel":
+                self.say(f"{experiment.key}: {verdict.status} [{verdict.reason}]: stopping it")
+                lifecycle.cancel(self.campaign, experiment.key, status=verdict.status, reason=verdict.reason)
+            else:
+                self.say(f"{experiment.key}: warning: {verdict.reason}")
+                lifecycle.note_warning(self.campaign, experiment.key, verdict.reason)
+
+    def _watcher(self, experiment: Experiment, clock: float) -> RunWatcher:
+        s = self.campaign.settings
+        elapsed = max(0.0, (now() - parse_iso(experiment.started_at)).total_seconds())
+        policy = self.policy
+        if experiment.own.watch:  # a blueprint's own first-step line and timeout
+            policy = s.watch_policy({**(s.watch or {}), **experiment.own.watch})
+        return RunWatcher(
+            experiment.run.log_path, policy, s.metric, s.direction, s.preset, s.metric_source,
+            self.campaign.rows, clock - elapsed, workdir=experiment.run_cwd, started_at=time.time() - elapsed,
+        )  # fmt: skip
