@@ -40,11 +40,8 @@ def _declared_options(command: click.Command) -> click.Command:
 def _click_form(key: Key) -> tuple[tuple[str, ...], dict]:
     kind, default = key.kind, key.default
     shown = {"default": default, "show_default": True} if isinstance(default, (str, int, float)) else {}
-    if kind.form == "flag":
-        if default:  # on unless switched off
-            flag = key.options[0]
-            return (f"{flag}/--no-{flag[2:]}",), {"default": True, "show_default": True}
-        return key.options, {"is_flag": True}
+    if kind.form == "flag":  # `--keep-ties`, or `--require-baseline/--no-require-baseline` when on by default
+        return key.options, {"default": bool(default), "show_default": bool(default), "is_flag": True}
     if kind.form == "choice":
         return key.options, {"type": click.Choice(kind.choices()), **shown}
     if kind.form == "integer":

@@ -72,7 +72,10 @@ class Key:
         """The `ars campaign init` spellings of this setting; () when a command line cannot set it."""
         if self.internal or self.where != "option":
             return ()
-        return self.flags or ("--" + self.name.replace("_", "-"),)
+        flags = self.flags or ("--" + self.name.replace("_", "-"),)
+        if self.kind.form == "flag" and self.default is True:  # on unless switched off
+            return (f"{flags[0]}/--no-{flags[0][2:]}",)
+        return flags
 
     def problem(self, value: Any, label: str | None = None) -> str | None:
         """Why `value` is refused, one sentence naming `label` (default `name`); None when it is fine.
@@ -373,13 +376,12 @@ Settings = dataclasses.make_dataclass(
 # ---------------------------------------------------------------- the reference page
 
 
-def reference_table() -> str:
-    """The tables of references/campaign-settings.md: every key with its type, default, how
-    `ars campaign init` sets it, and its help."""
+def reference_table(keys: dict[str, Key] | None = None, prefix: str = "") -> str:
+    """A table of references/campaign-settings.md: every key (default SETTINGS; POLICY with prefix
+    "policy.") with its type, default, how `ars campaign init` sets it, and its help."""
     header = ["| key | type | default | `ars campaign init` | what it does |", "|---|---|---|---|---|"]
-    top = [_row(key.name, key) for key in SETTINGS.values()]
-    policy = [_row(f"policy.{key.name}", key) for key in POLICY.values()]
-    return "\n".join([*header, *top, "", *header, *policy]) + "\n"
+    rows = [_row(prefix + key.name, key) for key in (SETTINGS if keys is None else keys).values()]
+    return "\n".join([*header, *rows]) + "\n"
 
 
 def shown_default(key: Key) -> str:
@@ -387,6 +389,8 @@ def shown_default(key: Key) -> str:
     value = key.default
     if key.required:
         return "required"
+    if key.written:
+        return "set at init"
     if value is None:
         return "unset"
     if isinstance(value, bool):
