@@ -129,6 +129,8 @@ def test_memory_resume_and_status_name_the_same_best_as_keep(campaign):
     )
     assert facts["campaign"]["best"] == B_LINE
     assert facts["campaign"]["best_row"]["status"] == "keep" and facts["campaign"]["best_row"]["n"] == 3
+    status = ars(campaign.repo, "campaign", "status", "--campaign", str(campaign.folder)).stdout
+    assert f"best: {B_LINE}" in status.splitlines() and "discard" not in status
 
 
 def test_the_stop_rules_judge_the_same_best(results: Path):

@@ -704,14 +704,21 @@ def test_status_of_a_swarm_blueprint_comes_from_its_record_and_unrecorded_rows(p
     from autoresearch_skills.blueprint import blueprint_status
     from autoresearch_skills.ledger import Row
 
+    from autoresearch_skills.campaign.record import Experiment
+
     bp = parse(new_blueprint(project))
-    queued = blueprint_status(bp, [], in_flight={"phase": "queued"})
+    opened = {"slug": "math-topk50", "description": "topk50", "branch": "b/math-topk50", "branch_start": "abc"}
+    queued = blueprint_status(bp, [], in_flight=Experiment.from_json({**opened, "phase": "queued"}))
     assert queued.line() == "math_topk50: queued (needs 4 GPUs)"
-    record = {
-        "phase": "running", "started_at": "2020-01-01T00:00:00+00:00", "devices": [4, 5, 6, 7],
-        "run": {"run_id": "ajet_math_topk50_try2"}, "blueprint": {"attempt": 2},
+    run = {
+        "launcher": "tmux", "run_id": "ajet_math_topk50_try2", "log_path": "x.log", "state_path": "x.log.run.json",
+        "name": "ajet_math_topk50_try2", "command": "python train.py", "started_at": "2020-01-01T00:00:00+00:00",
     }  # fmt: skip
-    running = blueprint_status(bp, [], in_flight=record)
+    record = {
+        **opened, "phase": "running", "started_at": "2020-01-01T00:00:00+00:00", "devices": [4, 5, 6, 7],
+        "run": run, "blueprint": {"attempt": 2},
+    }  # fmt: skip
+    running = blueprint_status(bp, [], in_flight=Experiment.from_json(record))
     assert running.line().startswith("math_topk50: running attempt 2 on GPUs 4,5,6,7 for ")
     log = bp.result_dir / "003-math-topk50.log"
     start_attempt(bp.result_dir, Attempt(1, session="ajet_math_topk50", log=str(log)))

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autoresearch_skills.doctor import parse_nvidia_smi
+from autoresearch_skills.nvidia_smi import parse_nvidia_smi
 
 ARS = str(Path(sys.executable).parent / "ars")
 

@@ -240,7 +240,7 @@ def test_a_blueprint_needing_more_gpus_than_the_pool_is_refused(tmp_path):
 
 def test_a_relative_validation_file_is_copied_from_the_worktree_to_the_codebase(tmp_path):
     from autoresearch_skills.blueprint import parse
-    from autoresearch_skills.swarm import _bring_back_validation
+    from autoresearch_skills.blueprints.swarm import _bring_back_validation
 
     repo = make_project(tmp_path, {"alpha": "ok"})
     (repo / "cfg" / "alpha.yaml").write_text(

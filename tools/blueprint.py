@@ -310,7 +310,7 @@ def status_cmd(paths: tuple[Path, ...], ledger: Path | None, as_json: bool) -> N
         candidates = [p / "results.tsv" for p in paths if p.is_dir()] + [Path("results.tsv")]
         ledger = next((c for c in candidates if c.is_file()), None)
     if ledger is None:  # blueprints run by `ars blueprint run`: their swarm's ledger and runs in flight
-        from autoresearch_skills import swarm
+        from autoresearch_skills.blueprints import swarm
 
         found = swarm.locate([bp for bp in parsed.values() if isinstance(bp, Blueprint)])
         if found is not None:
@@ -441,7 +441,7 @@ def run_cmd(
       ars blueprint run blueprints/math_topk50.md --final
       ars blueprint run --name blueprints --for 9m
     """
-    from autoresearch_skills import swarm
+    from autoresearch_skills.blueprints import swarm
     from autoresearch_skills.clock import parse_duration
 
     seconds = None

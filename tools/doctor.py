@@ -6,7 +6,6 @@ a machine without either says `gpus: none (...)` with the reason. Nothing is gue
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import platform
@@ -19,19 +18,9 @@ from pathlib import Path
 import click
 
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, run_cli
+from autoresearch_skills.nvidia_smi import COMMAND_TIMEOUT, Gpu, query_nvidia_smi
 
-NVIDIA_SMI_QUERY = ["--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
-COMMAND_TIMEOUT = 20.0  # seconds; nvidia-smi can hang on a wedged driver
 REQUIREMENTS = ("gpu", "tmux", "git", "slurm", "torch")
-
-
-@dataclass
-class Gpu:
-    index: int
-    name: str
-    memory_mib: float | None
-    driver: str | None
-    source: str  # "nvidia-smi" or "torch"
 
 
 @dataclass
@@ -91,46 +80,6 @@ class Report:
             out.append(f"gpus: none ({self.gpu_note})")
         out += [f"note: {note}" for note in self.notes]
         return "\n".join(out)
-
-
-def parse_nvidia_smi(text: str) -> list[Gpu]:
-    """Rows of `nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader`."""
-    gpus = []
-    for row in csv.reader(text.splitlines(), skipinitialspace=True):
-        if len(row) < 3:
-            continue
-        name, memory, driver = (cell.strip() for cell in row[:3])
-        gpus.append(
-            Gpu(len(gpus), name, _mib(memory), None if driver.startswith("[") else driver, "nvidia-smi")
-        )
-    return gpus
-
-
-def _mib(text: str) -> float | None:
-    """'81559 MiB' -> 81559.0; '[N/A]' (MIG, some drivers) -> None."""
-    number, _, unit = text.partition(" ")
-    try:
-        value = float(number)
-    except ValueError:
-        return None
-    return value * 1024 if unit.strip().lower() == "gib" else value
-
-
-def query_nvidia_smi() -> tuple[list[Gpu], str]:
-    """The GPUs nvidia-smi lists, and a reason when there are none."""
-    if shutil.which("nvidia-smi") is None:
-        return [], "nvidia-smi not found"
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=COMMAND_TIMEOUT
-        )
-    except subprocess.TimeoutExpired:
-        return [], f"nvidia-smi did not answer within {COMMAND_TIMEOUT:.0f}s"
-    if done.returncode != 0:
-        message = (done.stdout + done.stderr).strip().splitlines()
-        return [], f"nvidia-smi failed: {message[0] if message else f'exit code {done.returncode}'}"
-    gpus = parse_nvidia_smi(done.stdout)
-    return gpus, "nvidia-smi" if gpus else "nvidia-smi lists no GPU"
 
 
 def probe_torch() -> tuple[str | None, dict]:

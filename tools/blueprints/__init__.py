@@ -7,6 +7,9 @@
     resultdir  what a run leaves in its result dir: attempts in trial_log.md, results.md,
                finish.flag (last), and the status read back from them
 
-`autoresearch_skills.blueprint` is the command line and re-exports the public names;
-`autoresearch_skills.swarm` runs many blueprints on the campaign engine's GPU pool.
+    swarm      `ars blueprint run`: many blueprints at once on the campaign engine's GPU pool, each
+               attempt an experiment of a campaign (the engine drives; this fills its slots)
+
+`autoresearch_skills.blueprint` is the command line and re-exports the public names. The parts
+(reading, checking, writing, resultdir) know nothing of campaigns; only `swarm` drives the engine.
 """

@@ -300,10 +300,10 @@ def resume_cmd(ref: str | None, on_interrupt: str, as_json: bool) -> None:
     """
     campaign = find(ref)
     was_paused = campaign.unpause()
-    from autoresearch_skills.swarm import SWARM_FILE
+    from autoresearch_skills.blueprints.swarm import SWARM_FILE
 
     if (campaign.folder / SWARM_FILE).exists():  # a blueprint swarm: adopt, record, start what is queued
-        from autoresearch_skills import swarm
+        from autoresearch_skills.blueprints import swarm
 
         report = swarm.resume(str(campaign.folder), say=lambda line: click.echo(line))
         raise SystemExit(report.exit_code)
