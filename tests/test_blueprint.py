@@ -702,12 +702,16 @@ def test_status_reads_each_blueprints_result_dir(project):
 
 def test_status_of_a_swarm_blueprint_comes_from_its_record_and_unrecorded_rows(project):
     from autoresearch_skills.blueprint import blueprint_status
+    from autoresearch_skills.campaign.record import Experiment
     from autoresearch_skills.ledger import Row
 
-    from autoresearch_skills.campaign.record import Experiment
-
     bp = parse(new_blueprint(project))
-    opened = {"slug": "math-topk50", "description": "topk50", "branch": "b/math-topk50", "branch_start": "abc"}
+    opened = {
+        "slug": "math-topk50",
+        "description": "topk50",
+        "branch": "b/math-topk50",
+        "branch_start": "abc",
+    }
     queued = blueprint_status(bp, [], in_flight=Experiment.from_json({**opened, "phase": "queued"}))
     assert queued.line() == "math_topk50: queued (needs 4 GPUs)"
     run = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from repo_helpers import ars
 
-from autoresearch_skills import memory
+from autoresearch_skills import session_record
 
 
 def test_start_writes_the_four_files_with_their_sections(tmp_path: Path):
@@ -25,7 +25,7 @@ def test_start_writes_the_four_files_with_their_sections(tmp_path: Path):
     state = (folder / "session_state.md").read_text()
     for key in ("- Session:", "- Repo:", "- Branch:", "- Started:", "- Updated:"):
         assert key in state
-    for section in memory.STATE_SECTIONS:
+    for section in session_record.STATE_SECTIONS:
         assert f"## {section}" in state
     assert "lower val_bpb" in state and "- auto-research" in state
     assert "## Inspected" in (folder / "files.md").read_text()
@@ -36,7 +36,7 @@ def test_start_writes_the_four_files_with_their_sections(tmp_path: Path):
 
 def test_checkpoint_updates_plan_and_appends_to_the_timeline(tmp_path: Path):
     ars(tmp_path, "memory", "start", "--goal", "g")
-    folder = memory.newest(tmp_path / "session").folder
+    folder = session_record.newest(tmp_path / "session").folder
     before = (folder / "timeline.md").read_text()
     ars(tmp_path, "memory", "checkpoint", "--status", "baseline running", "--plan-item", "run baseline",
         "--plan-item", "try higher LR", "--changed", "train.py")  # fmt: skip
@@ -44,19 +44,19 @@ def test_checkpoint_updates_plan_and_appends_to_the_timeline(tmp_path: Path):
     after = (folder / "timeline.md").read_text()
     assert after.startswith(before)  # append-only
     assert "status: baseline running" in after and "decision: keep warmup: simpler" in after
-    state = memory.newest(tmp_path / "session").state()
+    state = session_record.newest(tmp_path / "session").state()
     assert state.plan == [(True, "run baseline"), (False, "try higher LR")]
     assert state.current_status == "baseline running"
     assert "- train.py" in (folder / "files.md").read_text()
 
 
 def test_state_round_trips_through_markdown():
-    state = memory.SessionState(
+    state = session_record.SessionState(
         "20261121_101010", "/repo", "autoresearch/x/baseline", "t0", "t1", goal="goal\nsecond line",
         current_subtask="sub", loaded_skills=["a", "b"], current_status="ok", plan=[(True, "p1"), (False, "p2")],
         assumptions=["cpu only"], blockers=["no gpu"],
     )  # fmt: skip
-    parsed = memory.SessionState.parse(state.render(), "20261121_101010")
+    parsed = session_record.SessionState.parse(state.render(), "20261121_101010")
     assert parsed == state
 
 
@@ -103,7 +103,7 @@ def test_resume_lists_each_open_plan_item_and_blocker(tmp_path: Path):
 def test_resume_reports_the_subtask_closed_once_every_plan_item_is_checked(tmp_path: Path):
     """A record whose plan is complete but whose subtask was never closed (an older record)."""
     ars(tmp_path, "memory", "start", "--goal", "g")
-    session = memory.newest(tmp_path / "session")
+    session = session_record.newest(tmp_path / "session")
     state = session.state()
     state.current_subtask, state.plan = "edit train.py", [(True, "run baseline"), (True, "try LR x2")]
     session.save(state)
@@ -120,9 +120,9 @@ def test_ticking_the_last_plan_item_closes_the_subtask(tmp_path: Path):
         tmp_path, "memory", "checkpoint", "--plan-item", "a", "--plan-item", "b", "--subtask", "edit train.py"
     )
     ars(tmp_path, "memory", "checkpoint", "--done", "a")
-    assert memory.newest(tmp_path / "session").state().subtask_done is False
+    assert session_record.newest(tmp_path / "session").state().subtask_done is False
     ars(tmp_path, "memory", "checkpoint", "--done", "b")
-    session = memory.newest(tmp_path / "session")
+    session = session_record.newest(tmp_path / "session")
     assert "- [x] edit train.py" in (session.folder / "session_state.md").read_text()
     assert session.timeline()[-1].endswith("subtask done: edit train.py (every plan item is done)")
     assert "subtask: edit train.py (closed)" in resume_lines(tmp_path)
@@ -132,7 +132,7 @@ def test_checkpoint_clear_subtask_empties_it_and_a_new_one_opens(tmp_path: Path)
     ars(tmp_path, "memory", "start", "--goal", "g")
     ars(tmp_path, "memory", "checkpoint", "--subtask", "edit train.py")
     ars(tmp_path, "memory", "checkpoint", "--clear-subtask")
-    session = memory.newest(tmp_path / "session")
+    session = session_record.newest(tmp_path / "session")
     assert session.state().current_subtask == ""
     assert "## Current Subtask\n(none)" in (session.folder / "session_state.md").read_text()
     assert any(entry.endswith("subtask cleared: edit train.py") for entry in session.timeline())
@@ -147,14 +147,14 @@ def test_checkpoint_clear_subtask_empties_it_and_a_new_one_opens(tmp_path: Path)
 def test_close_subtask_marks_it_done_and_logs_why_once(tmp_path: Path):
     ars(tmp_path, "memory", "start", "--goal", "g")
     ars(tmp_path, "memory", "checkpoint", "--subtask", "try LR x2")
-    memory.close_subtask(tmp_path, "stop condition met: 3/3 attempted")
-    session = memory.newest(tmp_path / "session")
+    session_record.close_subtask(tmp_path, "stop condition met: 3/3 attempted")
+    session = session_record.newest(tmp_path / "session")
     state_text = (session.folder / "session_state.md").read_text()
     assert "## Current Subtask\n- [x] try LR x2" in state_text
     assert session.state().subtask_done is True
     timeline = session.timeline()
     assert timeline[-1].endswith("subtask done: try LR x2 (stop condition met: 3/3 attempted)")
-    memory.close_subtask(tmp_path, "stop condition met: 3/3 attempted")  # the engine may call it again
+    session_record.close_subtask(tmp_path, "stop condition met: 3/3 attempted")  # the engine may call it again
     assert session.timeline() == timeline
     assert (session.folder / "session_state.md").read_text() == state_text
     assert "subtask: try LR x2 (closed)" in resume_lines(tmp_path)
@@ -162,22 +162,22 @@ def test_close_subtask_marks_it_done_and_logs_why_once(tmp_path: Path):
 
 def test_close_subtask_without_an_open_subtask_only_logs_the_reason(tmp_path: Path):
     ars(tmp_path, "memory", "start", "--goal", "g")
-    memory.close_subtask(tmp_path, "stop condition met: 24/24 attempted")
-    memory.close_subtask(tmp_path, "stop condition met: 24/24 attempted")
-    session = memory.newest(tmp_path / "session")
+    session_record.close_subtask(tmp_path, "stop condition met: 24/24 attempted")
+    session_record.close_subtask(tmp_path, "stop condition met: 24/24 attempted")
+    session = session_record.newest(tmp_path / "session")
     entries = [e for e in session.timeline() if e.endswith("stop condition met: 24/24 attempted")]
     assert len(entries) == 1
     assert session.state().current_subtask == ""
 
 
 def test_close_subtask_without_a_record_writes_nothing(tmp_path: Path):
-    memory.close_subtask(tmp_path, "stop condition met: 3/3 attempted")
+    session_record.close_subtask(tmp_path, "stop condition met: 3/3 attempted")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_closed_subtask_round_trips_through_markdown():
-    state = memory.SessionState("s", current_subtask="edit train.py", subtask_done=True)
-    assert memory.SessionState.parse(state.render(), "s") == state
+    state = session_record.SessionState("s", current_subtask="edit train.py", subtask_done=True)
+    assert session_record.SessionState.parse(state.render(), "s") == state
 
 
 # ---------------------------------------------------------------- the skills say what the tool does
@@ -195,7 +195,7 @@ def test_both_skills_start_the_record_with_every_skill_in_use(tmp_path: Path):
     assert len(commands) == 2 and commands[0] == commands[1]
     args = shlex.split(commands[0])[1:]
     ars(tmp_path, *args)
-    skills = memory.newest(tmp_path / "session").state().loaded_skills
+    skills = session_record.newest(tmp_path / "session").state().loaded_skills
     assert {"auto-research", "session-memory", "tmux-monitor"} <= set(skills)
 
 

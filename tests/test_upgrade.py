@@ -9,8 +9,9 @@ import json
 import tarfile
 from pathlib import Path
 
-from autoresearch_skills import ledger
 from repo_helpers import ars, git
+
+from autoresearch_skills import ledger
 
 FIXTURE = Path(__file__).parent / "data" / "upgrade" / "campaign-v0.tar.gz"
 

@@ -51,7 +51,7 @@ if not __package__:  # run as `python tools/hooks.py` from a checkout with nothi
     import _checkout  # noqa: F401
 
 CAMPAIGNS_DIR = Path("reports") / "auto_research"  # as campaign.store; not imported, to stay light
-SESSION_DIR = "session"  # as memory.DEFAULT_ROOT
+SESSION_DIR = "session"  # as session_record.DEFAULT_ROOT (not imported: the fast path stays light)
 COUNTER_FILE = "stop_hook.json"
 DEFAULT_MAX_BLOCKS = 3
 HOOK_TIMEOUT = 30  # seconds the harness gives each hook; ours answer in a fraction of one
@@ -307,7 +307,9 @@ def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
         if item.phase.is_finished:
             value = item.result.metric_value if item.result else None
             shown = f"{campaign.settings.metric} {value}" if value is not None else "its result"
-            steps.append(f'`ars exp mark keep|discard{slug} --reason "..."{flag}` (decide {item.key}: {shown})')
+            steps.append(
+                f'`ars exp mark keep|discard{slug} --reason "..."{flag}` (decide {item.key}: {shown})'
+            )
         elif item.phase.is_open and item.key == "baseline":
             steps.append(f"`ars exp run{slug}{flag}` (runs the baseline: the code as it is)")
         elif item.phase.is_open:
@@ -429,16 +431,16 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
 def _sessions_root(cwd: Path, root: Path | None) -> Path | None:
     """Where the session records are: $ARS_SESSION_ROOT, or a `session/` folder with a record at
     or above `cwd` (or in the main work tree)."""
-    from autoresearch_skills import memory
+    from autoresearch_skills import session_record
 
-    env = os.environ.get(memory.ROOT_ENV)
+    env = os.environ.get(session_record.ROOT_ENV)
     candidates = [Path(env)] if env else []
     if not env:
         found = find_up(cwd, SESSION_DIR)
         candidates += [found / SESSION_DIR] if found else []
         candidates += [root / SESSION_DIR] if root else []
     for folder in candidates:
-        if memory.newest(folder) is not None:
+        if session_record.newest(folder) is not None:
             return folder
     return None
 

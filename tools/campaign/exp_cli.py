@@ -35,7 +35,11 @@ def _duration(text: str | None, option: str = "--timeout") -> float | None:
 
 
 def _result_facts(ended: scheduler.Ended) -> dict:
-    return {"key": ended.key, "result": asdict(ended.result), "row": ended.row.to_dict() if ended.row else None}
+    return {
+        "key": ended.key,
+        "result": asdict(ended.result),
+        "row": ended.row.to_dict() if ended.row else None,
+    }
 
 
 def _print_ended(campaign: Campaign, ended: scheduler.Ended) -> None:
@@ -402,7 +406,9 @@ def retry_cmd(ref, campaign_ref, as_json) -> None:
     campaign = find(campaign_ref)
     record = experiment.reopen(campaign, ref, "retry")
     if as_json:
-        click.echo(json.dumps({k: getattr(record, k) for k in ("key", "branch", "workdir", "retry_of")}, indent=2))
+        click.echo(
+            json.dumps({k: getattr(record, k) for k in ("key", "branch", "workdir", "retry_of")}, indent=2)
+        )
         return
     click.echo(f"experiment: {record.key} (retries #{record.retry_of})")
     click.echo(f"branch: {record.branch}")

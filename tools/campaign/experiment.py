@@ -30,6 +30,7 @@ from autoresearch_skills.clock import format_duration, now_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch import get_launcher
 from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, state_path_for
+from autoresearch_skills.session_record import note_event
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
 FIELDS = {f.name for f in fields(Experiment)}
@@ -42,7 +43,9 @@ class StopConditionMet(click.ClickException):
 # ---------------------------------------------------------------- the in-flight set
 
 
-def select(state: CampaignState, ref: str | None, phases: tuple[Phase, ...], verb: str = "act on") -> Experiment:
+def select(
+    state: CampaignState, ref: str | None, phases: tuple[Phase, ...], verb: str = "act on"
+) -> Experiment:
     """The in-flight experiment `ref` names (key, slug or branch), or the only one in `phases`."""
     wanted = " or ".join(str(p) for p in phases)
     candidates = state.in_phase(*phases)
@@ -147,10 +150,14 @@ def start(
         workdirs.check_isolation(campaign)
         verdict = campaign.verdict(state=state)
         if not verdict.may_start() and not force:
-            raise StopConditionMet(f"{verdict.line}: nothing new starts (`--force` only if the user extends it)")
+            raise StopConditionMet(
+                f"{verdict.line}: nothing new starts (`--force` only if the user extends it)"
+            )
         rows = campaign.rows()
         if s.require_baseline and not skip_baseline_check and not rows:
-            raise BadInput("no baseline result yet: run `ars exp baseline` first (or pass --no-baseline-check)")
+            raise BadInput(
+                "no baseline result yet: run `ars exp baseline` first (or pass --no-baseline-check)"
+            )
         slug = gitflow.slugify(slug)
         if slug == "baseline":
             raise BadInput("`baseline` is reserved; use `ars exp baseline`")
@@ -213,7 +220,9 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
             attempt = {"retry_of": latest.index, "checkout": row.branch, "commits": [], "fixup": True}
         else:
             if row.status not in ("keep", "discard"):
-                raise BadInput(f"#{row.index} is a {row.status}: only a finished run with a metric can be rerun")
+                raise BadInput(
+                    f"#{row.index} is a {row.status}: only a finished run with a metric can be rerun"
+                )
             original = int(row.rerun_of) if row.rerun_of else row.index
             at_head = (
                 gitflow.branch_exists(campaign.repo, row.branch)
@@ -229,7 +238,12 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
             **{"overrides": closed.overrides if closed else None, **attempt, **extra},
         )  # fmt: skip
         place = closed.workdir if closed else None
-        if mode == "retry" and place and workdirs.checked_out_at(place, row.branch) and not state.holding(place):
+        if (
+            mode == "retry"
+            and place
+            and workdirs.checked_out_at(place, row.branch)
+            and not state.holding(place)
+        ):
             # the agent may already be fixing the code where the branch is checked out: stay there
             experiment.key = state.unique_key(slug)
             experiment.workdir, experiment.snapshot = place, closed.snapshot
@@ -346,7 +360,9 @@ def adopt_commits(campaign: Campaign, key: str) -> list[str]:
         return adopt_unrecorded_commits(campaign, state, state.experiments[key])
 
 
-def _commit(campaign: Campaign, state: CampaignState, experiment: Experiment, message: str | None = None) -> str:
+def _commit(
+    campaign: Campaign, state: CampaignState, experiment: Experiment, message: str | None = None
+) -> str:
     workdir = Path(experiment.workdir)
     first = not experiment.fixup and (experiment.slug == "baseline" or not experiment.commits)
     text = (message or experiment.description) if first else f"fix-up: {message or 'follow-up change'}"
@@ -463,8 +479,14 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     else:
         state.launches += 1
         name = f"{state.launches:03d}-{experiment.key.replace('~', '-')}"
-        log_path = Path(own.log_dir) / f"{name}.log" if own.log_dir else campaign.folder / "runs" / name / "run.log"
-        experiment.log_path, experiment.slot, experiment.devices = str(log_path), grant.slot, list(grant.devices)
+        log_path = (
+            Path(own.log_dir) / f"{name}.log" if own.log_dir else campaign.folder / "runs" / name / "run.log"
+        )
+        experiment.log_path, experiment.slot, experiment.devices = (
+            str(log_path),
+            grant.slot,
+            list(grant.devices),
+        )
         campaign.state.write(state)  # slot, devices and log are held before anything starts
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {
@@ -494,15 +516,18 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     # saving state.json. Adopt that run rather than start the same attempt twice.
     run = Run.load(run_file) if run_file.exists() else launcher_for(campaign).start(spec)
     experiment.fingerprint = experiment.fingerprint or judging.fingerprint_of(campaign, experiment)
-    experiment.phase, experiment.commit, experiment.run = Phase.RUNNING, gitflow.head_commit(experiment.workdir), run
+    experiment.phase, experiment.commit, experiment.run = (
+        Phase.RUNNING,
+        gitflow.head_commit(experiment.workdir),
+        run,
+    )
     experiment.started_at, experiment.timeout = run.started_at, run_timeout
     experiment.deadline_bound = bool(verdict.remaining_seconds and run_timeout == verdict.remaining_seconds)
     experiment.gpus = len(experiment.devices) or pool.slurm_gpus or None
     campaign.state.write(state)
-    from autoresearch_skills.memory import note_event
-
     note_event(
-        f"run started: {experiment.branch} ({format_duration(run_timeout)} limit, log {log_path})", campaign.repo
+        f"run started: {experiment.branch} ({format_duration(run_timeout)} limit, log {log_path})",
+        campaign.repo,
     )
 
 
@@ -607,8 +632,6 @@ def close_old_sessions(campaign: Campaign) -> int:
 
 
 def _record(campaign: Campaign, key: str, status: str | None, reason: str | None, reported: bool):
-    from autoresearch_skills.memory import note_event
-
     state = settled_state(campaign)
     experiment = state.experiments[key]
     result = experiment.result

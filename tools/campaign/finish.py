@@ -14,7 +14,7 @@ from autoresearch_skills import gitflow
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import remove_worktrees
-from autoresearch_skills.memory import close_subtask
+from autoresearch_skills.session_record import close_subtask
 
 
 def wrap_up(campaign: Campaign) -> list[str]:
@@ -29,7 +29,9 @@ def wrap_up(campaign: Campaign) -> list[str]:
         lines.append(f"worktrees: removed {len(removed)}; every result stays on its branch")
     best = noise.best(campaign.rows(), campaign.settings.direction)
     if best is not None:
-        lines.append(f"best: {best.describe(campaign.settings.metric)} (`git checkout {checkout_ref(campaign, best)}` to use it)")
+        lines.append(
+            f"best: {best.describe(campaign.settings.metric)} (`git checkout {checkout_ref(campaign, best)}` to use it)"
+        )
     close_subtask(campaign.repo, campaign.verdict().line)
     return lines
 
@@ -61,6 +63,9 @@ def finished(campaign: Campaign) -> bool:
 def checkout_ref(campaign: Campaign, best) -> str:
     """What `git checkout` takes to use the best: its branch when the best commit is that
     branch's head, else the commit itself (a ratchet moved past it, or the branch was deleted)."""
-    if gitflow.branch_exists(campaign.repo, best.branch) and gitflow.head_commit(campaign.repo, best.branch) == best.commit:
+    if (
+        gitflow.branch_exists(campaign.repo, best.branch)
+        and gitflow.head_commit(campaign.repo, best.branch) == best.commit
+    ):
         return best.branch
     return best.commit[:12] if best.commit else best.branch

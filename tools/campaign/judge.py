@@ -15,9 +15,9 @@ from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.fingerprint import Fingerprint, diff, fingerprint
 from autoresearch_skills.campaign.record import Experiment, Result
 from autoresearch_skills.campaign.store import Campaign
-from autoresearch_skills.sources.reading import read_metric
 from autoresearch_skills.clock import format_duration, now_iso, parse_iso
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.sources.reading import read_metric
 
 
 def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
@@ -31,7 +31,10 @@ def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
     elapsed = (parse_iso(ended_at) - parse_iso(experiment.started_at)).total_seconds()
     noise_fields, decided = {}, None
     if run_state.name == "timeout" and experiment.deadline_bound:
-        status, reason = "cancelled", f"the campaign deadline came {format_duration(experiment.timeout)} into the run"
+        status, reason = (
+            "cancelled",
+            f"the campaign deadline came {format_duration(experiment.timeout)} into the run",
+        )
     elif run_state.name == "timeout":
         status, reason = "timeout", f"killed at the {format_duration(experiment.timeout)} limit"
     elif run_state.name == "cancelled":

@@ -21,8 +21,6 @@ from pathlib import Path
 import click
 
 from autoresearch_skills.campaign import experiment, noise, scheduler
-from autoresearch_skills.campaign.record import Experiment, Phase
-from autoresearch_skills.campaign.watch import Watchers
 from autoresearch_skills.campaign.proposals import (
     MAX_RETRIES,
     Proposal,
@@ -31,7 +29,9 @@ from autoresearch_skills.campaign.proposals import (
     make_policy,
     validate,
 )
+from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.store import Campaign, create, find, load
+from autoresearch_skills.campaign.watch import Watchers
 from autoresearch_skills.clock import format_duration, now, parse_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.yamlfile import read_yaml
@@ -249,7 +249,9 @@ class Loop:
             )
             return
         if record.phase is Phase.RUNNING:
-            where = f"slot {record.slot}" + (f", GPUs {','.join(map(str, record.devices))}" if record.devices else "")
+            where = f"slot {record.slot}" + (
+                f", GPUs {','.join(map(str, record.devices))}" if record.devices else ""
+            )
             self.out.event(
                 "launch",
                 f"started {key} on {where} ({record.run.launcher} {record.run.run_id}, "
@@ -296,7 +298,9 @@ class Loop:
             parent=self.parent,
             skip_baseline_check=True,
         )
-        row = experiment.record(self.campaign, record.key, status="crash", reason=f"proposal rejected: {feedback}")
+        row = experiment.record(
+            self.campaign, record.key, status="crash", reason=f"proposal rejected: {feedback}"
+        )
         self.out.event(
             "result", f"#{row.index} {slug}: crash (proposal rejected: {feedback})", row=row.to_dict()
         )
@@ -309,7 +313,12 @@ class Loop:
         )  # fmt: skip
         apply(proposal, Path(record.workdir), self.mutable, self.frozen)
         experiment.commit(self.campaign, record.key)
-        self.out.event("start", f"experiment {proposal.slug}: {proposal.description}", branch=record.branch, key=record.key)
+        self.out.event(
+            "start",
+            f"experiment {proposal.slug}: {proposal.description}",
+            branch=record.branch,
+            key=record.key,
+        )
         return record.key
 
     def unique_slug(self, slug: str) -> str:
@@ -417,7 +426,9 @@ class Loop:
         parts = []
         for record in running:
             elapsed = (now() - parse_iso(record.started_at)).total_seconds()
-            parts.append(f"{record.key} {format_duration(elapsed)} {s.metric} {self.latest.get(record.key, '-')}")
+            parts.append(
+                f"{record.key} {format_duration(elapsed)} {s.metric} {self.latest.get(record.key, '-')}"
+            )
         self.out.status(f"[{count}] " + " | ".join(parts) + f" | best {self.best_text()}")
 
     def read_metrics(self, running: list[Experiment]) -> None:

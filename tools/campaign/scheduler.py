@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from autoresearch_skills.campaign import experiment as lifecycle
 from autoresearch_skills.campaign.record import Experiment, Phase, Result

@@ -77,9 +77,7 @@ class CampaignState:
 
     def holding(self, workdir: str | Path, but: str | None = None) -> Experiment | None:
         """The attempt in flight whose workdir is `workdir` (other than `but`), if any."""
-        return next(
-            (e for k, e in self.experiments.items() if k != but and e.workdir == str(workdir)), None
-        )
+        return next((e for k, e in self.experiments.items() if k != but and e.workdir == str(workdir)), None)
 
     def unique_key(self, slug: str) -> str:
         if slug not in self.experiments:
@@ -156,7 +154,9 @@ class StateFile:
         except FileNotFoundError:
             return CampaignState()
         except json.JSONDecodeError as err:
-            raise BadInput(f"{self.path} is not valid JSON ({err}); restore it from {self.path}.bak") from None
+            raise BadInput(
+                f"{self.path} is not valid JSON ({err}); restore it from {self.path}.bak"
+            ) from None
         if not isinstance(data, dict):
             raise BadInput(f"{self.path} is not a campaign state (expected a JSON object); restore it from {self.path}.bak")  # fmt: skip
         try:

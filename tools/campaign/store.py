@@ -26,9 +26,9 @@ from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.settings import Settings
 from autoresearch_skills.campaign.state import CampaignState, StateFile
-from autoresearch_skills.stoprule import evaluate
-from autoresearch_skills.clock import format_duration, format_iso, now, parse_iso
+from autoresearch_skills.clock import format_iso, now, parse_iso
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.stoprule import evaluate
 
 PAUSE_FILE = "paused"  # JSON {reason, at}: written by `ars campaign pause`, removed by `ars campaign resume`
 
