@@ -470,7 +470,7 @@ def _check_watch(data: dict, where: str, result: Validation) -> None:
 
 def _check_metric_source(data: dict, where: str, result: Validation) -> None:
     """`metric_source:` as the sources package reads it (its kind and keys)."""
-    from autoresearch_skills.sources import validate_source
+    from autoresearch_skills.sources.reading import validate_source
 
     source = data.get("metric_source")
     if not isinstance(source, dict):

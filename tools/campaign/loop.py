@@ -94,7 +94,7 @@ def read_campaign_file(path: Path) -> dict:
     from autoresearch_skills.campaign.config import check_keys, check_types
     from autoresearch_skills.campaign.settings import SETTINGS
     from autoresearch_skills.runwatch import validate_watch
-    from autoresearch_skills.sources import validate_source
+    from autoresearch_skills.sources.reading import validate_source
 
     data = read_yaml(path, missing_hint="copy templates/campaign.yaml and edit it")
     if not isinstance(data, dict):

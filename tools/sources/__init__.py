@@ -2,8 +2,9 @@
 W&B run folders and MLflow file stores.
 
 Each reader hands back `Sample`s; `metrics.py` decides which ones answer the question asked.
-A campaign's `metric_source:` is read through `read_metric` and checked by `validate_source`
-(both in `reading.py`, importable from here too).
+A campaign's `metric_source:` is read through `reading.read_metric` and checked by
+`reading.validate_source`: that module sits a layer above the readers, since it takes presets
+and patterns from `metrics.py` and curves from `prune.py`.
 """
 
 from __future__ import annotations
@@ -45,14 +46,3 @@ def literal_needle(metric: str) -> re.Pattern[str]:
     (`accuracy` finds `validation/accuracy` too)."""
     return re.compile(re.escape(metric.rsplit("/", 1)[-1]), re.IGNORECASE)
 
-
-_READING = ("Reading", "read_metric", "validate_source", "follow")
-
-
-def __getattr__(name: str):
-    # Loaded on first use: `ars metric extract` and the per-run commands never pay for it.
-    if name in _READING:
-        from autoresearch_skills.sources import reading
-
-        return getattr(reading, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
