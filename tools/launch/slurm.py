@@ -42,7 +42,14 @@ from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug
 from autoresearch_skills.launch.local import prepare_run, record
 from autoresearch_skills.launch.proctree import alive, kill_tree, read_proc
 from autoresearch_skills.launch.runindex import remember
-from autoresearch_skills.launch.slurm_watch import PENDING, RUNNING, accounting_fields, call, watcher
+from autoresearch_skills.launch.slurm_watch import (
+    PENDING,
+    RUNNING,
+    accounting_fields,
+    call,
+    invalid_id,
+    watcher,
+)
 
 LOCAL_POLL = 0.25  # seconds between looks at the job's files while waiting (stats, no Slurm call)
 CANCEL_WAIT = 120.0  # after scancel, for Slurm to report the end (KillWait, then job epilogue)
@@ -187,7 +194,7 @@ class SlurmLauncher:
             stop_leftovers(current, grace=0)
             return state
         result = call(["scancel", current.run_id], what="scancel")
-        if result.returncode != 0 and "invalid job id" not in result.stderr.lower():
+        if result.returncode != 0 and not invalid_id(result):
             raise BadInput(f"scancel {current.run_id} failed: {result.stderr.strip()}")
         watcher().invalidate(current.run_id)  # what it said before scancel no longer holds
         stop_leftovers(current, grace=current.grace)

@@ -16,15 +16,17 @@ tracked jobs. A job squeue does not list (or lists under another name: a reused 
 (the jobcomp file), then `sacct -X` (slurmdbd). A job in a final state leaves the refresh set; its
 answer stays cached, and the launcher writes it to the run file, after which nothing is asked.
 
-Limits, measured on the single-node cluster of .ci/slurm-up (Slurm 22.05), 4 runs polled as
-campaign/scheduler.py does (a status of each per tick, a 0.25 s wait on one between ticks):
-before this watcher, 18 `scontrol` calls a second (20 for `ars exp wait` in a campaign); with
-it, about one query every 3 s over the first minute (6 in the first 10 s while the backoff grows,
-then one every 5 s). The end of a job is still seen within about a second of its exit file: the
-launcher stats that file (no Slurm call) and hints the watcher. Each process has its own
-watcher: two `ars exp wait` at once ask twice as often. A call made while the controller does not
-answer waits up to SLURM_TIMEOUT, and the backoff keeps growing meanwhile. One process, one
-thread: nothing here is locked.
+Limits, measured on the single-node cluster of .ci/slurm-up (Slurm 22.05, squeue ~5 ms a call),
+4 runs polled as campaign/scheduler.py polls them (a status of each per tick, a 0.25 s wait on
+one between ticks): before this watcher 18 `scontrol` calls a second (20 under `ars exp wait` in
+a campaign); with it 0.30 queries a second over a minute (0.37 under `ars exp wait`, whose fresh
+process asks once for each job it has not seen yet): 6 queries in the first 10 s while the
+backoff grows, then one every 5 s. An end is still seen within about a second of its exit file
+(0.14 s measured): the launcher stats that file (no Slurm call) and hints the watcher. Each
+process has its own watcher, so two `ars exp wait` at once ask twice as often. When squeue
+itself fails (an option an old Slurm lacks), each refresh asks scontrol once per job; when a
+call times out (SLURM_TIMEOUT), nothing more is asked until the next refresh, and the backoff
+keeps growing meanwhile. One process, one thread: nothing here is locked.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from autoresearch_skills.errors import BadInput
 
 SLURM_TIMEOUT = 60.0  # seconds for a Slurm command to answer (a busy controller is slow)
+NO_ANSWER = 124  # call()'s exit status when SLURM_TIMEOUT passed (as coreutils `timeout`)
 FIRST = 0.5  # seconds to the next query after a submit, a change of state, a hint or scancel ...
 GROWTH = 1.5
 MOST = 5.0  # ... growing to this while nothing changes: one query every 5 s for all jobs together
@@ -153,9 +156,11 @@ def ask(jobs: list[Job]) -> tuple[dict[str, tuple[str, dict[str, str]]], str]:
         ["squeue", "--noheader", "--all", "--states=all", f"--jobs={ids}", f"--Format={SQUEUE_FORMAT}"],
         what="squeue",
     )
+    if result.returncode == NO_ANSWER:  # an overloaded controller: ask it nothing more now
+        return {}, "Slurm does not answer: " + result.stderr
     listed = parse_squeue(result.stdout) if result.returncode == 0 else {}
     if result.returncode != 0 and not invalid_id(result):
-        listed = None  # squeue itself failed: ask scontrol, which may still answer
+        listed = None  # squeue itself failed (an option this Slurm lacks?): scontrol may answer
     answers: dict[str, tuple[str, dict[str, str]]] = {}
     for job in jobs:
         fields = (listed or {}).get(job.job_id)
@@ -228,7 +233,7 @@ def invalid_id(result: subprocess.CompletedProcess[str]) -> bool:
 
 
 def call(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
-    """A Slurm command; a timeout is an answer (exit 1, why on stderr), a missing one BadInput."""
+    """A Slurm command; a timeout is an answer (NO_ANSWER, why on stderr), a missing one BadInput."""
     try:
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT, stdin=subprocess.DEVNULL, check=False
@@ -238,4 +243,6 @@ def call(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
             f"{what} not found: run on a Slurm login node, or choose --launcher local or tmux"
         ) from err
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 1, "", f"{what} did not answer in {SLURM_TIMEOUT:g}s")
+        return subprocess.CompletedProcess(
+            argv, NO_ANSWER, "", f"{what} did not answer in {SLURM_TIMEOUT:g}s"
+        )
