@@ -322,7 +322,7 @@ def test_ars_watch_and_the_campaign_watcher_share_one_table_of_defaults():
     options, policy = WatchOptions(), WatchPolicy()
     assert options.stall == policy.stall_after == WATCH_DEFAULTS["stall_after"] == 15 * 60
     assert options.first_step_timeout == policy.first_step_timeout == WATCH_DEFAULTS["first_step_timeout"]
-    assert DEFAULT_FIRST_STEP_TIMEOUT == WATCH_DEFAULTS["first_step_timeout"]  # a blueprint's own default
+    assert WATCH_DEFAULTS["first_step_timeout"] == DEFAULT_FIRST_STEP_TIMEOUT  # a blueprint's own default
     assert policy.traceback_grace == WATCH_DEFAULTS["traceback_grace"]
     shown = subprocess.run(
         [sys.executable, "tools/monitor.py", "--help"], capture_output=True, text=True, cwd=REPO

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from launch_helpers import ars_json, wait_until
 from repo_helpers import ars, make_repo, training_processes
 from test_launch_slurm import _cluster, needs_slurm, unique  # noqa: F401  (_cluster: autouse SLURM_CONF)
 
@@ -116,6 +117,22 @@ def test_a_job_ending_by_itself_is_seen_within_a_second_of_its_exit_file(calls, 
     assert len(calls.queries(ended, seen)) <= 3, "the end costs a query or two, not a burst"
     assert slurm.status(Run.load(run.state_path)).exit_code == 4
     assert calls.queries(seen) == [], "a recorded end spawns nothing"
+
+
+@needs_slurm
+def test_ars_status_in_a_fresh_process_asks_slurm_once_and_at_once(calls, tmp_path):
+    slurm = get_launcher("slurm")
+    log = tmp_path / "fresh.log"
+    run = slurm.start(RunSpec(command="sleep 60", log_path=log, timeout=120, name=unique("fresh")))
+    try:
+        wait_until(lambda: slurm.status(run).name == "running", 60, "the job to start")
+        began = time.time()
+        code, info = ars_json("status", str(log))
+        assert (code, info["state"]) == (0, "running")
+        assert time.time() - began < 4, "an empty cache asks at once, not after the backoff"
+        assert calls.queries(began) == ["squeue"]
+    finally:
+        slurm.cancel(run)
 
 
 def test_squeue_lines_read_as_scontrols_fields():

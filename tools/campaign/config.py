@@ -10,7 +10,8 @@ Contract:
 
 A typo in a key must never be silently ignored: a campaign that runs for a night with the default
 launcher because `launchr: tmux` was misspelt wastes the night. The keys, their checks and
-defaults are declared once, in campaign/settings.py.
+defaults are declared once, in campaign/settings.py, which also names unknown keys (`check_keys`,
+`key_problems`: the campaign folder's loader needs them, below this module).
 
 Limits: the checks read the repository as it is now. A `patch:` proposal is checked for the files it
 touches, not for whether it applies (with `parent: best` it applies to whatever is best by then), and
@@ -19,7 +20,6 @@ a command is checked for its executables and scripts, not run.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import shlex
@@ -30,47 +30,20 @@ from pathlib import Path
 
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.pool import parse_devices
-from autoresearch_skills.campaign.settings import POLICY, SETTINGS, Key
+from autoresearch_skills.campaign.settings import POLICY, SECTIONS, SETTINGS, Key, check_keys, key_problems
 from autoresearch_skills.errors import BadInput
 
-SECTIONS: dict[str, dict[str, Key]] = {"policy": POLICY}
-STOP_KEYS = (
-    "max_experiments", "budget", "deadline", "per_run_timeout", "target", "patience",
-    "max_failure_rate", "failure_window", "text",
-)  # fmt: skip
+__all__ = [
+    "Validation",
+    "check_keys",
+    "check_types",
+    "key_problems",
+    "type_problems",
+    "validate_file",
+    "validation",
+]
 
-
-# ---------------------------------------------------------------- keys and types
-
-
-def key_problems(data: dict, where: str) -> list[str]:
-    """One line per unknown key, top level and inside `policy:`."""
-    if not isinstance(data, dict):
-        return [f"{where}: must be a mapping of keys to values, not {type(data).__name__}"]
-    problems = _unknown(data, SETTINGS, where, "")
-    for section, schema in SECTIONS.items():
-        if isinstance(data.get(section), dict):
-            problems += _unknown(data[section], schema, where, f"{section}.")
-    return problems
-
-
-def _unknown(data: dict, schema: dict[str, Key], where: str, prefix: str) -> list[str]:
-    problems = []
-    for key in data:
-        if key in schema:
-            continue
-        name = str(key)
-        if not prefix and name in POLICY:
-            hint = f" (it belongs under `policy:`: `policy.{name}`)"
-        elif not prefix and name in STOP_KEYS:
-            hint = f" (it belongs under `stop:`: `stop.{name}`)"
-        elif prefix and name in SETTINGS:
-            hint = f" (it belongs at the top level, not under `{prefix[:-1]}:`)"
-        else:
-            close = difflib.get_close_matches(name, list(schema), n=1, cutoff=0.6)
-            hint = f" (did you mean `{prefix}{close[0]}`?)" if close else f"; known keys: {', '.join(schema)}"
-        problems.append(f"{where}: unknown key `{prefix}{name}`{hint}")
-    return problems
+# ---------------------------------------------------------------- types
 
 
 def type_problems(data: dict, where: str) -> list[str]:
@@ -106,13 +79,6 @@ def _wrong(data: dict, schema: dict[str, Key], where: str, prefix: str) -> list[
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_keys(data: dict, where: str) -> None:
-    """BadInput naming every unknown key (and the known key each one is closest to)."""
-    problems = key_problems(data, where)
-    if problems:
-        raise BadInput("; ".join(problems))
 
 
 def check_types(data: dict, where: str) -> None:

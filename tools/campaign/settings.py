@@ -1,15 +1,16 @@
 """Every campaign setting, declared once: its key, type and check, default, and one line of help.
 
-    SETTINGS            the top-level keys of campaign.yaml, in the order a campaign folder's copy lists them
-    POLICY              the keys under `policy:` (where the unattended loop's hypotheses come from)
-    Settings            one campaign's settings: a dataclass whose fields and defaults are SETTINGS'
-    reference_table()   the tables of references/campaign-settings.md
+    SETTINGS                  the top-level keys of campaign.yaml, in the order a campaign folder's copy lists them
+    POLICY                    the keys under `policy:` (where the unattended loop's hypotheses come from)
+    Settings                  one campaign's settings: a dataclass whose fields and defaults are SETTINGS'
+    check_keys(data, where)   BadInput naming every unknown key and the known key it is closest to
+    reference_table()         the tables of references/campaign-settings.md
 
 Three readers are built from this table, so they cannot drift from it or from each other:
-campaign.yaml validation (campaign/config.py: unknown keys, types, ranges), the `Settings` object
-(below: `make_dataclass` over SETTINGS), and the options of `ars campaign init` (campaign/cli.py:
-`gpus_per_run` becomes `--gpus-per-run`, a choice a click.Choice, a boolean a flag, a list of
-paths a repeatable option; help and default come from here). A mapping (`policy`, `watch`,
+campaign.yaml validation (unknown keys here; types, ranges and the rest in campaign/config.py), the
+`Settings` object (below: `make_dataclass` over SETTINGS), and the options of `ars campaign init`
+(campaign/cli.py: `gpus_per_run` becomes `--gpus-per-run`, a choice a click.Choice, a boolean a
+flag, a list of paths a repeatable option; help and default come from here). A mapping (`policy`, `watch`,
 `metric_source`) has no command-line form: it is set in campaign.yaml only.
 
 A campaign.yaml written by an earlier release reads as it did: its keys are these keys.
@@ -18,6 +19,7 @@ A campaign.yaml written by an earlier release reads as it did: its keys are thes
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +31,7 @@ from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch import LAUNCHERS
 
 PRESETS = ("karpathy", "nemo-rl", "verl", "agentjet", "generic")  # how a run log is read (metrics.py)
-PRUNE_RULES = ("off", "median", "forecast", "both")  # as runwatch.PRUNE_RULES
+PRUNE_RULES = ("off", "median", "forecast", "both")  # runwatch.PRUNE_RULES (a test keeps them equal)
 
 
 def launchers() -> tuple[str, ...]:
@@ -59,9 +61,7 @@ class Key:
     default: Any
     help: str
     required: bool = False  # a campaign file (`ars campaign run`) must set it
-    written: bool = (
-        False  # ars always writes it into the campaign folder's copy: a Settings field without default
-    )
+    written: bool = False  # ars fills it in at init: a Settings field without default
     internal: bool = False  # only ars writes it; users never do
     stored: bool = True  # a Settings field, kept in the campaign folder's campaign.yaml
     where: str = "option"  # how `ars campaign init` takes it: option, argument, or file (campaign.yaml only)
@@ -295,9 +295,51 @@ POLICY: dict[str, Key] = {k.name: k for k in [
 # fmt: on
 
 
-def defaults() -> dict[str, Any]:
-    """Every key a user may set, with its default (required keys have none)."""
-    return {k.name: k.default for k in SETTINGS.values() if not k.required and not k.internal}
+# ---------------------------------------------------------------- unknown keys
+
+SECTIONS: dict[str, dict[str, Key]] = {"policy": POLICY}
+STOP_KEYS = (
+    "max_experiments", "budget", "deadline", "per_run_timeout", "target", "patience",
+    "max_failure_rate", "failure_window", "text",
+)  # fmt: skip
+
+
+def key_problems(data: dict, where: str) -> list[str]:
+    """One line per unknown key, top level and inside `policy:`."""
+    if not isinstance(data, dict):
+        return [f"{where}: must be a mapping of keys to values, not {type(data).__name__}"]
+    problems = _unknown(data, SETTINGS, where, "")
+    for section, schema in SECTIONS.items():
+        if isinstance(data.get(section), dict):
+            problems += _unknown(data[section], schema, where, f"{section}.")
+    return problems
+
+
+def _unknown(data: dict, schema: dict[str, Key], where: str, prefix: str) -> list[str]:
+    problems = []
+    for key in data:
+        if key in schema:
+            continue
+        name = str(key)
+        if not prefix and name in POLICY:
+            hint = f" (it belongs under `policy:`: `policy.{name}`)"
+        elif not prefix and name in STOP_KEYS:
+            hint = f" (it belongs under `stop:`: `stop.{name}`)"
+        elif prefix and name in SETTINGS:
+            hint = f" (it belongs at the top level, not under `{prefix[:-1]}:`)"
+        else:
+            close = difflib.get_close_matches(name, list(schema), n=1, cutoff=0.6)
+            hint = f" (did you mean `{prefix}{close[0]}`?)" if close else f"; known keys: {', '.join(schema)}"
+        problems.append(f"{where}: unknown key `{prefix}{name}`{hint}")
+    return problems
+
+
+def check_keys(data: dict, where: str) -> None:
+    """BadInput naming every unknown key (and the known key each one is closest to). A typo must
+    never be silently ignored: `launchr: tmux` would run the night on the default launcher."""
+    problems = key_problems(data, where)
+    if problems:
+        raise BadInput("; ".join(problems))
 
 
 # ---------------------------------------------------------------- the settings object

@@ -24,7 +24,7 @@ from autoresearch_skills import ledger
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.record import Experiment, Phase
-from autoresearch_skills.campaign.settings import Settings
+from autoresearch_skills.campaign.settings import Settings, check_keys
 from autoresearch_skills.campaign.state import CampaignState, StateFile
 from autoresearch_skills.clock import format_iso, now, parse_iso
 from autoresearch_skills.errors import BadInput
@@ -125,8 +125,6 @@ def load(folder: Path) -> Campaign:
     data = read_yaml(config, missing_hint="not a campaign folder; see `ars campaign init --help`")
     if not isinstance(data, dict):
         raise BadInput(f"{config} is not a campaign settings file (expected a mapping)")
-    from autoresearch_skills.campaign.config import check_keys
-
     check_keys(data, str(config))  # a hand edit with a typo must not be silently ignored
     known = set(Settings.__dataclass_fields__)
     try:

@@ -93,6 +93,8 @@ class SlurmWatcher:
         if job is None:
             job = self.jobs[job_id] = Job(job_id, job_name)
             self.delay = FIRST
+        elif job.job_name is None:
+            job.job_name = job_name
         return job
 
     def look(self, job_id: str, job_name: str | None = None) -> Job:
@@ -158,12 +160,12 @@ def ask(jobs: list[Job]) -> tuple[dict[str, tuple[str, dict[str, str]]], str]:
     )
     if result.returncode == NO_ANSWER:  # an overloaded controller: ask it nothing more now
         return {}, "Slurm does not answer: " + result.stderr
+    # Exit 1 with "Invalid job id" when it knows none of them; another failure (an option this
+    # Slurm lacks?) lists none either, and scontrol may still answer for each.
     listed = parse_squeue(result.stdout) if result.returncode == 0 else {}
-    if result.returncode != 0 and not invalid_id(result):
-        listed = None  # squeue itself failed (an option this Slurm lacks?): scontrol may answer
     answers: dict[str, tuple[str, dict[str, str]]] = {}
     for job in jobs:
-        fields = (listed or {}).get(job.job_id)
+        fields = listed.get(job.job_id)
         if fields is not None and ours(job, fields):
             answers[job.job_id] = ("squeue", fields)
             continue
