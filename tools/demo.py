@@ -16,6 +16,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.resources import resource_dir
 
 GOAL = "lower val_bpb of tiny-lm within its fixed time budget: baseline plus the queued hypotheses"
@@ -61,7 +62,7 @@ def main() -> None:
 
             Tmux(socket).kill_server()
 
-    folder = scratch / "reports" / "auto_research" / "tiny-lm-demo"
+    folder = scratch / CAMPAIGNS_DIR / "tiny-lm-demo"
     print("\nDone. Look at:")
     print(f"  ledger:  {folder / 'results.tsv'}")
     print(f"  report:  {folder / 'report.md'}  (and report.html)")

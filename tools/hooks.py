@@ -50,7 +50,8 @@ import click
 if not __package__:  # run as `python tools/hooks.py` from a checkout with nothing installed
     import _checkout  # noqa: F401
 
-CAMPAIGNS_DIR = Path("reports") / "auto_research"  # as campaign.store; not imported, to stay light
+from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
+
 SESSION_DIR = "session"  # as session_record.DEFAULT_ROOT (not imported: the fast path stays light)
 COUNTER_FILE = "stop_hook.json"
 DEFAULT_MAX_BLOCKS = 3
