@@ -154,7 +154,9 @@ def test_close_subtask_marks_it_done_and_logs_why_once(tmp_path: Path):
     assert session.state().subtask_done is True
     timeline = session.timeline()
     assert timeline[-1].endswith("subtask done: try LR x2 (stop condition met: 3/3 attempted)")
-    session_record.close_subtask(tmp_path, "stop condition met: 3/3 attempted")  # the engine may call it again
+    session_record.close_subtask(
+        tmp_path, "stop condition met: 3/3 attempted"
+    )  # the engine may call it again
     assert session.timeline() == timeline
     assert (session.folder / "session_state.md").read_text() == state_text
     assert "subtask: try LR x2 (closed)" in resume_lines(tmp_path)

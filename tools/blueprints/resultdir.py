@@ -491,9 +491,7 @@ class Status:
         return f"{name}: finished {self.status or 'unknown'}{figure}{count}"
 
 
-def blueprint_status(
-    bp: Blueprint, ledger_rows: Sequence | None = None, in_flight=None
-) -> Status:
+def blueprint_status(bp: Blueprint, ledger_rows: Sequence | None = None, in_flight=None) -> Status:
     """Where one blueprint stands, from its result dir (finish.flag, trial_log.md, results.md), the
     ledger rows whose log lies in that dir and, in a swarm, its experiment in flight (`in_flight`,
     the campaign's Experiment record): queued for GPUs, or running before its start lines

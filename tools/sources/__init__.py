@@ -45,4 +45,3 @@ def literal_needle(metric: str) -> re.Pattern[str]:
     """For formats that print a metric's name as is: its last `/` part, in any case
     (`accuracy` finds `validation/accuracy` too)."""
     return re.compile(re.escape(metric.rsplit("/", 1)[-1]), re.IGNORECASE)
-
