@@ -133,6 +133,13 @@ def test_memory_resume_and_status_name_the_same_best_as_keep(campaign):
     assert f"best: {B_LINE}" in status.splitlines() and "discard" not in status
 
 
+def test_campaign_finish_names_the_same_best_and_what_to_check_out(campaign):
+    done = ars(campaign.repo, "campaign", "finish", "--campaign", str(campaign.folder)).stdout
+    line = next(x for x in done.splitlines() if x.startswith("best: "))
+    # the fixture's branches were never created: the line names the commit, which is what exists
+    assert line == f"best: {B_LINE} (`git checkout {COMMITS['b'][:12]}` to use it)"
+
+
 def test_the_stop_rules_judge_the_same_best(results: Path):
     rows = ledger.read(results)
     target = stoprule.evaluate(stoprule.parse_text("until val_bpb < 0.955"), rows)
