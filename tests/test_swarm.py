@@ -21,8 +21,12 @@ from autoresearch_skills.ledger import read as read_ledger
 FAKE_TRAIN = """\
 import os, signal, sys, time
 
+def say_end():  # one write: a SIGTERM handler running between print's text and its newline would glue two lines
+    sys.stdout.write(f"end {time.time():.3f}\n")
+    sys.stdout.flush()
+
 def stop(*_):
-    print(f"end {time.time():.3f}", flush=True)
+    say_end()
     sys.exit(143)
 
 signal.signal(signal.SIGTERM, stop)
@@ -32,12 +36,12 @@ if config["mode"] == "hang":  # start-up that never reaches a training step
     time.sleep(120)
 if config["mode"] == "fail":
     print("RuntimeError: bad batch size", flush=True)
-    print(f"end {time.time():.3f}", flush=True)
+    say_end()
     sys.exit(1)
 print("step:1 - actor/kl_loss:0.010 - critic/score/mean:0.50", flush=True)
 time.sleep(1.2)
 print("step:2 - actor/kl_loss:0.020 - critic/score/mean:0.60", flush=True)
-print(f"end {time.time():.3f}", flush=True)
+say_end()
 """
 MODES = {"alpha": "ok", "beta": "ok", "gamma": "ok", "silent": "hang", "flaky": "fail"}
 

@@ -1,12 +1,15 @@
 """A campaign started by the previous release (before the typed experiment record) goes on after
 the upgrade. The fixture was written by that release: a baseline recorded, `closer` launched
 detached and finished while nobody waited, `further` open in its worktree with an uncommitted edit;
-its repository, worktrees and campaign folder, with the machine's root replaced by @ROOT@."""
+its repository, worktrees and campaign folder, with the machine's root replaced by @ROOT@. Its
+campaign started at CREATED with a 2h budget: unpacking moves that start to a few minutes ago, so
+the deadline is still ahead whatever day the test runs."""
 
 from __future__ import annotations
 
 import json
 import tarfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from repo_helpers import ars, git
@@ -14,6 +17,7 @@ from repo_helpers import ars, git
 from autoresearch_skills import ledger
 
 FIXTURE = Path(__file__).parent / "data" / "upgrade" / "campaign-v0.tar.gz"
+CREATED = datetime(2026, 11, 25, 4, 37, 4, tzinfo=timezone.utc)  # campaign.yaml's created_at
 
 
 def unpack(root: Path) -> Path:
@@ -28,6 +32,12 @@ def unpack(root: Path) -> Path:
                 continue
             if "@ROOT@" in text:
                 path.write_text(text.replace("@ROOT@", str(project)))
+    settings = project / "reports" / "auto_research" / "demo" / "campaign.yaml"
+    shift = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=10) - CREATED
+    text = settings.read_text()
+    for old in (CREATED, CREATED + timedelta(hours=2)):  # created_at and the deadline
+        text = text.replace(old.isoformat(), (old + shift).isoformat())
+    settings.write_text(text)
     return project
 
 
