@@ -21,8 +21,8 @@ from autoresearch_skills.ledger import read as read_ledger
 FAKE_TRAIN = """\
 import os, signal, sys, time
 
-def say_end():  # one write: a SIGTERM handler running between print's text and its newline would glue two lines
-    sys.stdout.write(f"end {time.time():.3f}\n")
+def say_end():  # one write: a SIGTERM between the text and the newline would glue two lines
+    sys.stdout.write(f"end {time.time():.3f}\\n")
     sys.stdout.flush()
 
 def stop(*_):
@@ -128,7 +128,7 @@ def test_swarm_shares_the_pool_stops_a_silent_start_and_relaunches_after_a_fix(t
     rows = read_ledger(repo / "reports" / "auto_research" / "blueprints" / "results.tsv")
     assert sorted(r.branch.rsplit("/", 1)[1] for r in rows) == sorted(MODES)
     by_name = {r.branch.rsplit("/", 1)[1]: r for r in rows}
-    assert by_name["silent"].status == "cancelled"
+    assert by_name["silent"].status == "cancelled", by_name["silent"].description
     assert "no first step in" in by_name["silent"].description
     assert "actor/kl_loss:" in by_name["silent"].description
     assert by_name["flaky"].status == "crash"
