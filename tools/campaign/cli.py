@@ -225,8 +225,10 @@ def validate_cmd(campaign_file: Path, as_json: bool) -> None:
     """Check a campaign file without starting anything: every check `campaign run` makes first.
 
     Unknown keys (with the closest known one), types and ranges, stop rules, the policy and its
-    proposals, the command's programs and scripts, the launcher, the mutable and frozen files.
-    Exit 0 and `ok: FILE (N checks)`, or exit 2 and one problem per line on stderr.
+    proposals and knobs, the command's programs and scripts, the launcher, the mutable and frozen
+    files. For your own repository it warns when no committed file prints the metric's name and
+    when worktrees would miss ignored files (prepared data) that `.worktreeinclude` does not list.
+    Exit 0 and `ok: FILE (N checks)` (warnings on stderr), or exit 2 and one problem per line.
 
     \b
     Examples:
@@ -240,6 +242,8 @@ def validate_cmd(campaign_file: Path, as_json: bool) -> None:
         click.echo(json.dumps(result.to_json(), indent=2))
     elif result.ok:
         click.echo(f"ok: {campaign_file} ({len(result.checked)} checks)")
+    for warning in [] if as_json else result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     for problem in [] if as_json else result.problems:
         click.echo(problem, err=True)
     raise SystemExit(0 if result.ok else 2)

@@ -28,6 +28,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoresearch_skills import gitflow, worktreeinclude
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.pool import parse_devices
 from autoresearch_skills.campaign.settings import POLICY, SECTIONS, SETTINGS, Key, check_keys, key_problems
@@ -98,6 +99,7 @@ class Validation:
     path: str
     checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # not wrong, but likely to cost a run
 
     @property
     def ok(self) -> bool:
@@ -110,6 +112,7 @@ class Validation:
             "checks": len(self.checked),
             "checked": self.checked,
             "problems": self.problems,
+            "warnings": self.warnings,
         }
 
 
@@ -148,6 +151,8 @@ def validation(path: Path, cwd: Path) -> Validation:
         _check_policy(data, repo, where, result)
         if SETTINGS["command"].kind.test(data.get("command")):
             _check_command(data["command"], repo, f"{where}: command", result)
+        _check_metric_printed(data, repo, where, result)
+        _check_worktree_data(data, repo, where, result)
     _check_launcher(data, where, result)
     _check_metric_source(data, where, result)
     _check_watch(data, where, result)
@@ -446,3 +451,64 @@ def _check_metric_source(data: dict, where: str, result: Validation) -> None:
         validate_source(source)
     except BadInput as err:
         result.problems.append(f"{where}: metric_source: {err.message}")
+
+
+# ---------------------------------------------------------------- the user's own repository
+
+NAME_MAPPING_PRESETS = ("nemo-rl", "verl", "agentjet")  # they name metrics unlike the printed label
+
+
+def _check_metric_printed(data: dict, repo: Path, where: str, result: Validation) -> None:
+    """Warn when no tracked file holds the metric's name: a run that never prints `val loss` ends
+    as a crash row. A warning, not a problem: a library may print the name (HF Trainer's
+    `eval_loss`), or the code may build it."""
+    metric = data.get("metric")
+    if not isinstance(metric, str) or not metric.strip() or data.get("pattern") or data.get("metric_source"):
+        return
+    if data.get("preset") in NAME_MAPPING_PRESETS:
+        return
+    result.checked.append(f"metric {metric} printed")
+    found = subprocess.run(
+        ["git", "grep", "--quiet", "--ignore-case", "--fixed-strings", "-e", metric, "HEAD", "--"],
+        cwd=repo,
+        capture_output=True,
+    )
+    if found.returncode == 1:
+        result.warnings.append(
+            f"{where}: no committed file contains `{metric}`: if the run prints it otherwise, run it once and "
+            "list the names its log holds with `ars metric extract LOG --list`, then set `metric:` to one, "
+            "or `pattern:` to a regex"
+        )
+
+
+def _check_worktree_data(data: dict, repo: Path, where: str, result: Validation) -> None:
+    """Warn when experiments will run in worktrees and the checkout holds ignored files that none
+    of `.worktreeinclude` or `worktree_include:` carries: prepared data is the usual first crash."""
+    parallel = data.get("parallel") if _is_int(data.get("parallel")) else 1
+    if (
+        data.get("worktrees") != "always"
+        and (parallel or 1) <= 1
+        and not gitflow.tree_state(repo).dirty_tracked
+    ):
+        return
+    result.checked.append("ignored files for worktrees")
+    extra = (
+        data.get("worktree_include")
+        if SETTINGS["worktree_include"].kind.test(data.get("worktree_include"))
+        else []
+    )
+    try:
+        carried = worktreeinclude.included(repo, extra or [])
+        left = [
+            p for p in worktreeinclude.ignored(repo) if not any(c == p or c.startswith(p) for c in carried)
+        ]
+    except BadInput as err:
+        result.problems.append(f"{where}: {err.message}")
+        return
+    if left and not carried:
+        shown = ", ".join(left[:5]) + (f" ... ({len(left) - 5} more)" if len(left) > 5 else "")
+        result.warnings.append(
+            f"{where}: experiments run in git worktrees, which hold tracked files only, and your checkout has "
+            f"ignored files ({shown}): list the ones a run needs (prepared data, .env, tokenizers) in "
+            f"{worktreeinclude.INCLUDE_FILE}, in gitignore syntax, e.g. `{left[0]}`"
+        )

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from statistics import median
 
-from autoresearch_skills import metrics
+from autoresearch_skills import metrics, worktreeinclude
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.fingerprint import Fingerprint, diff, fingerprint
@@ -42,7 +42,10 @@ def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
     elif run_state.name == "lost":
         status, reason = "crash", f"runner died ({run_state.detail or 'run lost'})"
     elif run_state.exit_code not in (0, None):
-        status, reason = "crash", f"exit code {run_state.exit_code}{_last_error(log_path)}"
+        status, reason = (
+            "crash",
+            f"exit code {run_state.exit_code}{_last_error(log_path)}{_missing_hint(campaign, experiment)}",
+        )
     elif value is None:
         status, reason = "crash", f"{missing}{_last_error(log_path)}"
     else:
@@ -152,21 +155,43 @@ def _read_metric(campaign: Campaign, experiment: Experiment, log_path: str) -> t
     """The run's metric and, when there is none, why: from the log with the preset, or from the
     campaign's `metric_source:` (JSONL, TensorBoard, W&B offline, MLflow; last, best or mean-last-N)."""
     s = campaign.settings
-    if not s.metric_source:
+    source = s.metric_reading()
+    if not source:
         samples = _safe_extract(log_path, s.preset, s.metric)
-        return (samples[-1].value if samples else None), f"no {s.metric} in the log"
+        return (samples[-1].value if samples else None), f"no {s.metric} in the log{_names_hint(s, log_path)}"
     workdir = experiment.run_cwd
     started = parse_iso(experiment.started_at).timestamp()
     try:
         reading = read_metric(
-            s.metric_source, workdir=workdir, log_path=Path(log_path), metric=s.metric, preset=s.preset,
+            source, workdir=workdir, log_path=Path(log_path), metric=s.metric, preset=s.preset,
             direction=s.direction, started_at=started,
         )  # fmt: skip
     except (BadInput, OSError) as err:
         return None, f"no {s.metric} from the metric source: {err}"
     if not reading.found:
-        return None, f"no {s.metric} from {reading.source}: {reading.missing}"
+        hint = _names_hint(s, log_path) if source.get("kind") == "log" and not source.get("path") else ""
+        return None, f"no {s.metric} from {reading.source}: {reading.missing}{hint}"
     return reading.value, ""
+
+
+NAMES_TAIL = 4 * 1024 * 1024  # a crash reason reads at most this much of the log's end for names
+
+
+def _names_hint(s, log_path: str) -> str:
+    """What the log does hold, and the setting that reads the nearest name: the fix a user needs
+    when the metric is asked for by a name the run never prints."""
+    try:
+        found = metrics.names(log_path, s.preset, tail_bytes=NAMES_TAIL)
+    except (BadInput, OSError):
+        return ""
+    if not found:
+        return "; the log holds no name with a number (check it prints the metric)"
+    shown = ", ".join(
+        f"{name} {metrics.format_value(sample.value)}" for name, sample in list(found.items())[-8:]
+    )
+    nearest = metrics.nearest(s.metric, list(found))
+    fix = f"; to read {nearest!r}, set `metric: {nearest}`" if nearest else ""
+    return f"; names it does print: {shown}{fix} (all: ars metric extract LOG --list)"
 
 
 def _safe_extract(log_path: str, preset: str, name: str) -> list:
@@ -176,15 +201,30 @@ def _safe_extract(log_path: str, preset: str, name: str) -> list:
         return []
 
 
+def _missing_hint(campaign: Campaign, experiment: Experiment) -> str:
+    """A run in a worktree that died on a path the user's checkout has, ignored: name the path and
+    the `.worktreeinclude` line that would carry it (a fresh worktree holds tracked files only)."""
+    if not experiment.workdir or Path(experiment.workdir) == campaign.repo:
+        return ""
+    try:
+        text = "\n".join(metrics.tail_lines(experiment.run.log_path, 200))
+    except (BadInput, OSError):
+        return ""
+    found = worktreeinclude.missing_path(text, experiment.run_cwd, campaign.repo)
+    if found is None:
+        return ""
+    path, line = found
+    return (
+        f"; {path} is in your checkout, ignored by git, and a worktree holds tracked files only: "
+        f"add the line `{line}` to .worktreeinclude (or worktree_include: in campaign.yaml)"
+    )
+
+
 def _last_error(log_path: str) -> str:
     """The line a researcher looks for first: the exception or the last output line."""
     try:
-        lines = [
-            line.strip()
-            for line in Path(log_path).read_text(errors="replace").splitlines()[-40:]
-            if line.strip()
-        ]
-    except OSError:
+        lines = [line.strip() for line in metrics.tail_lines(log_path, 40) if line.strip()]
+    except (BadInput, OSError):
         return ""
     errors = [line for line in lines if "Error" in line or "Killed" in line or "error:" in line]
     last = (errors or lines or [""])[-1]

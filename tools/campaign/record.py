@@ -119,6 +119,7 @@ class Experiment:
     fixup: bool = False
     overrides: Overrides | None = None
     proposal: dict | None = None  # the unattended loop's proposal
+    args: dict = field(default_factory=dict)  # command-line knobs written into the command (args_style)
     blueprint: dict | None = None  # a swarm's blueprint file and attempt number
     prediction: str | None = None
     queued_at: str | None = None
@@ -200,6 +201,7 @@ class Closed:
     workdir: str | None = None
     snapshot: dict = field(default_factory=dict)
     overrides: Overrides | None = None
+    args: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, experiment: Experiment, row: int, status: str) -> Closed:
@@ -207,6 +209,7 @@ class Closed:
             slug=experiment.slug, description=experiment.description, branch=experiment.branch,
             row=row, status=status, parent_ref=experiment.parent_ref, parent_commit=experiment.parent_commit,
             workdir=experiment.workdir, snapshot=experiment.snapshot, overrides=experiment.overrides,
+            args=experiment.args,
         )  # fmt: skip
 
     def to_json(self) -> dict:
@@ -223,6 +226,7 @@ class Closed:
         values.setdefault("row", -1)
         values.setdefault("status", "")
         values["snapshot"] = values.get("snapshot") or {}
+        values["args"] = values.get("args") or {}
         if isinstance(values.get("overrides"), dict):
             values["overrides"] = _typed(Overrides, values["overrides"])
         return cls(**values)

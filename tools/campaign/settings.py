@@ -29,6 +29,7 @@ from autoresearch_skills.campaign.pool import GPU_SPELLINGS, Pool, parse_gpu_spe
 from autoresearch_skills.clock import parse_duration
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch import LAUNCHERS
+from autoresearch_skills.metrics import compile_pattern
 
 PRESETS = ("karpathy", "nemo-rl", "verl", "agentjet", "generic")  # how a run log is read (metrics.py)
 PRUNE_RULES = ("off", "median", "forecast", "both")  # runwatch.PRUNE_RULES (a test keeps them equal)
@@ -219,6 +220,21 @@ def gpus() -> Kind:
     return Kind(lambda v: problem(v) is None, GPU_SPELLINGS, py="str | int | list", explain=problem)
 
 
+def value_pattern() -> Kind:
+    """A regex that reads a value: metrics.py's rule (one capture group, or a named `value`)."""
+
+    def problem(value: Any, label: str = "pattern") -> str | None:
+        if not isinstance(value, str) or not value.strip():
+            return f"`{label}` must be a regex with one capture group around the value (got {shown(value)})"
+        try:
+            compile_pattern(value, what=f"`{label}`")
+        except BadInput as err:
+            return err.message
+        return None
+
+    return Kind(lambda v: problem(v) is None, "a regex with one capture group", explain=problem)
+
+
 def prune_rule() -> Kind:
     return Kind(
         lambda v: v in PRUNE_RULES or isinstance(v, bool),  # YAML reads a bare `off`/`on` as a boolean
@@ -248,7 +264,7 @@ SETTINGS: dict[str, Key] = {k.name: k for k in [
     Key("prefix", text(), None, "branch prefix (default autoresearch/<YYYYmmdd>-<name>)", written=True),
     Key("folder", folder(), None, f"campaign folder (default {CAMPAIGNS_DIR.as_posix()}/<name>)", stored=False, flags=("--dir",)),
     Key("created_at", text(), None, "when the campaign started (the deadline is fixed from it)", written=True, internal=True),
-    Key("preset", choice(*PRESETS), "karpathy", "how the metric is read from the run log"),
+    Key("preset", choice(*PRESETS), "karpathy", "how the metric is read from the run log; a name the preset does not know is found as the log prints it (`val loss 2.40`)"),
     Key("launcher", lazy_choice(launchers, "one of local, tmux, slurm"), "local", "where runs start: local, tmux or slurm"),
     Key("stop_text", Kind(lambda v: isinstance(v, str), "a text"), "", "the stop rules as the user wrote them", internal=True),
     Key("stop", stop_rules(), {}, 'stop rules in words ("24 experiments or 6h total, 10m each") or, in a file, a mapping; none: baseline plus three, then stop'),
@@ -277,18 +293,23 @@ SETTINGS: dict[str, Key] = {k.name: k for k in [
     Key("first_step_timeout", duration(), None, "cancel a run that has not logged its first step in this long (default 20m)"),
     Key("throughput_key", text(), None, "the log key for steps or tokens per second (default: tok/sec for karpathy)"),
     Key("max_commit_mb", number(above=0), 5, "new files larger than this many MB stay out of hypothesis commits"),
+    Key("pattern", value_pattern(), None, "a regex that reads the metric from the run log instead of the preset, as `ars metric extract --pattern`: one capture group, or (?P<value>..)"),
+    Key("worktree_include", paths(), [], "gitignore patterns of ignored files (prepared data, .env, tokenizers) carried into every experiment's worktree, as .worktreeinclude lines are", flags=("--worktree-include", "--include")),
+    Key("carry_copy_mb", number(at_least=0), 100, "carried files up to this many MB are copied into a worktree where the filesystem cannot clone them; bigger ones are hard links to one read-only snapshot"),
+    Key("args_style", choice("flags", "hydra"), "flags", "how `args:` knobs are written into the command: flags (--lr=0.002) or hydra (optimizer.lr=0.002), at `${args}` or at the end"),
 ]}
 
 POLICY: dict[str, Key] = {k.name: k for k in [
     Key("kind", choice("queue", "grid", "random", "command"), None, "queue, grid, random or command", required=True, where="file"),
     Key("queue", policy_queue(), [], "queue: the hypotheses, in order", where="file"),
-    Key("space", mapping(), {}, "grid and random: UPPER_CASE names and their values", where="file"),
+    Key("space", mapping(), {}, "grid and random: knobs of the mutable files and their values: a top-level Python name as written (learning_rate), a dotted YAML/JSON/TOML key (optimizer.lr); `file:name` when several files hold it", where="file"),
+    Key("args", mapping(), {}, "grid and random: command-line arguments and their values, written into the command (`args_style`)", where="file"),
     Key("samples", integer(1), 8, "random: how many draws", where="file"),
     Key("seed", integer(), 0, "random: the seed of the draws", where="file"),
     Key("command", command_line(), None, "command: the external proposer (JSON in on stdin, one proposal out)", where="file"),
     Key("program", text(), "program.md", "command: the research program the proposer reads", where="file"),
     Key("timeout", number(above=0), 900.0, "command: seconds the proposer may think", where="file"),
-    Key("mutable", paths(), [], "the only files proposals may change (`set:` edits the first)", where="file"),
+    Key("mutable", paths(), [], "the only files proposals may change; `set:` and `space:` knobs are looked up in all of them", where="file"),
     Key("frozen", paths(), [], "files proposals may never change", where="file"),
     Key("parent", text(), "best", "where each experiment branches from: best, baseline or a git ref", where="file"),
 ]}
@@ -383,6 +404,16 @@ class _Rules:
         return WatchPolicy.from_settings(
             watch or None, self.prune_rule(), first_step_timeout, preset=self.preset
         )
+
+    def metric_reading(self) -> dict | None:
+        """Where the metric comes from when not the run log read with `preset`: `metric_source:`,
+        or `pattern:` (the run log through that regex). Every reader of a run's metric (judging,
+        watching, pruning) asks this, so the two spellings cannot mean different things."""
+        if self.metric_source:
+            return self.metric_source
+        if self.pattern:
+            return {"kind": "log", "pattern": self.pattern}
+        return None
 
     def frozen_paths(self) -> list[str]:
         """Files no experiment may change: `frozen:` and the loop policy's `frozen:`."""

@@ -54,6 +54,6 @@ class Watchers:
         if experiment.own.watch:  # a blueprint's own first-step line and timeout
             policy = s.watch_policy({**(s.watch or {}), **experiment.own.watch})
         return RunWatcher(
-            experiment.run.log_path, policy, s.metric, s.direction, s.preset, s.metric_source,
+            experiment.run.log_path, policy, s.metric, s.direction, s.preset, s.metric_reading(),
             self.campaign.rows, clock - elapsed, workdir=experiment.run_cwd, started_at=time.time() - elapsed,
         )  # fmt: skip

@@ -6,13 +6,17 @@ folder (`worktrees/wt-<n>`), reused by the next experiment once its row is writt
 worktree is held is read from the in-flight records, never kept apart, so a crash cannot leak
 one. The user's uncommitted changes are never touched: with `worktrees: off` and a dirty tree,
 experiments are refused before anything is created.
+
+A worktree holds tracked files only: the ignored files a run needs (prepared data, `.env`,
+tokenizers) reach it from `.worktreeinclude` and `worktree_include:` (worktreeinclude.py: cloned,
+copied, or linked to one read-only snapshot; never committed, never written back).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from autoresearch_skills import gitflow
+from autoresearch_skills import gitflow, worktreeinclude
 from autoresearch_skills.campaign.record import Experiment
 from autoresearch_skills.campaign.state import CampaignState
 from autoresearch_skills.campaign.store import Campaign
@@ -64,13 +68,25 @@ def check_out(campaign: Campaign, state: CampaignState, experiment: Experiment) 
         worktree.parent.mkdir(parents=True, exist_ok=True)
         detach = [] if gitflow.branch_exists(campaign.repo, checkout) else ["--detach"]
         gitflow.git(campaign.repo, "worktree", "add", "--quiet", *detach, str(worktree), checkout)
+        carry_included(campaign, worktree)
         return worktree
     if gitflow.tree_state(worktree).dirty_tracked:
         raise BadInput(
             f"the campaign worktree {worktree} has uncommitted changes; commit or discard them first"
         )
     switch(worktree, checkout)
+    carry_included(campaign, worktree)
     return worktree
+
+
+def carry_included(campaign: Campaign, worktree: Path) -> list[worktreeinclude.Carried]:
+    """Bring the ignored files listed in `.worktreeinclude` (and `worktree_include:`) into the
+    worktree; again on reuse, so data prepared since then arrives too (unchanged files are skipped)."""
+    s = campaign.settings
+    paths = worktreeinclude.included(campaign.repo, s.worktree_include)
+    if not paths:
+        return []
+    return worktreeinclude.carry(campaign.repo, worktree, paths, campaign.folder, s.carry_copy_mb)
 
 
 def _in_place_allowed(campaign: Campaign, state: CampaignState, key: str) -> bool:
