@@ -194,7 +194,7 @@ def test_validate_reports_every_problem_one_per_line_and_exits_2(repo: Path):
     assert f"campaign.yaml: `policy.frozen` names eval.py, which does not exist in {repo}" in lines
     assert any("`policy.mutable` names notes.py, which is not committed" in line for line in lines)
     assert (
-        "campaign.yaml: policy: queue item 1 `lower-lr`: notes.py has no top-level constant LEARNING_RATE"
+        "campaign.yaml: policy: queue item 1 `lower-lr`: notes.py has no knob LEARNING_RATE; its knobs: X"
         in lines
     )
 
@@ -221,7 +221,7 @@ def test_validate_catches_a_missing_constant_in_a_grid_and_a_patch_that_touches_
     ).split("  queue:")[0]
     path = write(repo, grid)
     assert config.validate_file(path, repo) == [
-        f"{path}: policy: policy.space: train.py has no top-level constant DEPHT"
+        f"{path}: policy: policy.space: train.py has no knob DEPHT; its knobs: WIDTH, LEARNING_RATE"
     ]
     patch = "--- a/prepare.py\n+++ b/prepare.py\n@@ -1 +1 @@\n-DATA = 1\n+DATA = 2\n"
     queue = (

@@ -323,11 +323,21 @@ def commit_paths(
 
 
 def commit_changes(
-    cwd: str | Path, snapshot: dict[str, list[int]], message: str, max_bytes: int | None = MAX_COMMIT_BYTES
+    cwd: str | Path,
+    snapshot: dict[str, list[int]],
+    message: str,
+    max_bytes: int | None = MAX_COMMIT_BYTES,
+    allow_empty: bool = False,
 ) -> Commit:
     """Commit what the experiment changed since `snapshot`; the result names what was left out,
-    for the caller to print (`left out: wandb/ (logging directory), model.pt (checkpoint, 240 MB)`)."""
-    return _commit(cwd, pending_changes(cwd, snapshot, max_bytes), message)
+    for the caller to print (`left out: wandb/ (logging directory), model.pt (checkpoint, 240 MB)`).
+    `allow_empty`: with nothing changed, a commit all the same (a hypothesis of command-line
+    arguments only, recorded in its message)."""
+    changes = pending_changes(cwd, snapshot, max_bytes)
+    if allow_empty and not changes.paths:
+        git(cwd, "commit", "--quiet", "--allow-empty", "--only", "-m", message, env=identity_env(cwd))
+        return Commit(head_commit(cwd), [], changes.left_out)
+    return _commit(cwd, changes, message)
 
 
 def _commit(cwd: str | Path, changes: Changes, message: str) -> Commit:

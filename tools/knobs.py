@@ -135,6 +135,18 @@ def shell_join(items: list[str]) -> str:
     return shlex.join(items)
 
 
+ARGS_PLACE = "${args}"  # where a command wants its arguments, as W&B sweeps write it
+
+
+def with_args(command: str, values: dict[str, Any], style: str = "flags") -> str:
+    """`command` with the arguments that set `values`, at `${args}` or at its end; without values,
+    the command as written (an unused `${args}` removed)."""
+    rendered = shell_join(render_args(values, style)) if values else ""
+    if ARGS_PLACE in command:
+        return re.sub(r"\s*\$\{args\}", lambda _: f" {rendered}" if rendered else "", command).strip()
+    return f"{command} {rendered}" if rendered else command
+
+
 def describe(values: dict[str, Any]) -> str:
     """A one-line description of a change: `set learning_rate=0.002, optimizer.lr=0.0003`."""
     if not values:
@@ -660,6 +672,9 @@ def _holds(path: str, text: str, name: str) -> bool:
 def _no_knob_anywhere(name: str, files: dict[str, str]) -> KnobError:
     if not files:
         return KnobError(f"no file holds knob {name}: there are no files to change")
+    if len(files) == 1:
+        [(path, text)] = files.items()
+        return _no_knob(name, _names_of(path, text), path)
     where: dict[str, list[str]] = {}
     for path, text in files.items():
         for knob in _names_of(path, text):

@@ -31,6 +31,7 @@ from pathlib import Path
 from autoresearch_skills import gitflow, worktreeinclude
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.pool import parse_devices
+from autoresearch_skills.campaign.proposals import CommandPolicy, Rejected, apply_set, knob_files, make_policy
 from autoresearch_skills.campaign.settings import POLICY, SECTIONS, SETTINGS, Key, check_keys, key_problems
 from autoresearch_skills.errors import BadInput
 
@@ -225,7 +226,6 @@ def _committed(repo: Path, path: str) -> bool:
 
 
 def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> None:
-    from autoresearch_skills.campaign.proposals import CommandPolicy, Rejected, make_policy
 
     config = data.get("policy")
     if not isinstance(config, dict) or not POLICY["kind"].kind.test(config.get("kind")):
@@ -258,8 +258,8 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
         result.problems.append(f"{where}: policy: {getattr(err, 'message', None) or err}")
         return
     result.checked.append(f"{len(proposals)} proposals")
-    source = _mutable_source(repo, mutable[0]) if mutable else None
-    missing: dict[str, str] = {}
+    files = knob_files(mutable, lambda path: _mutable_source(repo, path))
+    refused: set[str] = set()  # one line per knob, however many proposals name it
     for n, proposal in enumerate(proposals, start=1):
         label = f"queue item {n} `{proposal.slug}`" if config["kind"] == "queue" else "policy.space"
         if proposal.patch:
@@ -267,16 +267,20 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
             if problem:
                 result.problems.append(f"{where}: policy: {label}: {problem}")
             continue
-        if not mutable:
+        if proposal.set and not files:
             result.problems.append(
-                f"{where}: policy: {label} sets constants, but the campaign names no mutable file (`policy.mutable`)"
+                f"{where}: policy: {label} sets knobs, but the campaign names no mutable Python, YAML, JSON "
+                "or TOML file (`policy.mutable`)"
             )
             break
-        for name in proposal.set:
-            if source is not None and name not in missing and not _has_constant(source, name, mutable[0]):
-                missing[name] = label
-    for name, label in missing.items():
-        result.problems.append(f"{where}: policy: {label}: {mutable[0]} has no top-level constant {name}")
+        for name, value in proposal.set.items():
+            if name in refused:
+                continue
+            try:
+                apply_set(files, {name: value})
+            except Rejected as err:
+                refused.add(name)
+                result.problems.append(f"{where}: policy: {label}: {err}")
 
 
 def _first(items, limit: int):
@@ -295,16 +299,6 @@ def _mutable_source(repo: Path, path: str) -> str | None:
         return (repo / path).read_text()
     except (OSError, UnicodeDecodeError):
         return None  # reported by the file checks
-
-
-def _has_constant(source: str, name: str, filename: str) -> bool:
-    from autoresearch_skills.campaign.proposals import Rejected, apply_set
-
-    try:
-        apply_set(source, {name: 0}, filename)
-    except Rejected:
-        return False
-    return True
 
 
 def _patch_out_of_bounds(repo: Path, patch: str, mutable: list[str], frozen: list[str]) -> str | None:

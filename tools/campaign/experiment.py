@@ -13,6 +13,7 @@ Where an experiment is checked out: workdirs.py. How a finished run is judged: j
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from dataclasses import fields
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from autoresearch_skills import gitflow
+from autoresearch_skills import gitflow, knobs
 from autoresearch_skills.campaign import judge as judging
 from autoresearch_skills.campaign import noise, workdirs
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
@@ -232,10 +233,13 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
                 closed.description if closed else row.description.split(" [", 1)[0]
             )
             attempt = {"rerun_of": original, "checkout": row.branch if at_head else row.commit, "commits": [row.commit]}  # fmt: skip
+        args = (closed.args if closed else None) or recorded_args(
+            campaign.repo, row.parent_commit, row.commit
+        )
         experiment = Experiment(
             key=slug, slug=slug, description=description, branch=row.branch, branch_start=row.commit,
             parent_ref=(closed.parent_ref if closed else None) or "best", parent_commit=row.parent_commit,
-            **{"overrides": closed.overrides if closed else None, **attempt, **extra},
+            **{"overrides": closed.overrides if closed else None, "args": args, **attempt, **extra},
         )  # fmt: skip
         place = closed.workdir if closed else None
         if (
@@ -252,6 +256,32 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
             campaign.state.write(state)
             return experiment
         return _open(campaign, state, experiment)
+
+
+ARGS_TRAILER = "Ars-Args"  # the hypothesis commit's record of its command-line knobs (JSON)
+
+
+def recorded_args(repo: Path, parent: str, commit: str) -> dict:
+    """The command-line knobs a hypothesis commit recorded, so a rerun runs the same command even
+    when state.json no longer knows the attempt; {} when it recorded none."""
+    if not parent or not commit:
+        return {}
+    try:
+        found = gitflow.git(
+            repo, "log", f"--format=%(trailers:key={ARGS_TRAILER},valueonly)", f"{parent}..{commit}"
+        ).splitlines()
+    except gitflow.GitError:
+        return {}
+    for text in reversed(
+        [line for line in found if line.strip()]
+    ):  # the hypothesis commit is the oldest of the range
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
 
 
 def _row_for(campaign: Campaign, rows: list, ref: str):
@@ -366,7 +396,15 @@ def _commit(
     workdir = Path(experiment.workdir)
     first = not experiment.fixup and (experiment.slug == "baseline" or not experiment.commits)
     text = (message or experiment.description) if first else f"fix-up: {message or 'follow-up change'}"
-    done = gitflow.commit_changes(workdir, experiment.snapshot, text, max_bytes=_max_bytes(campaign))
+    if first and experiment.args:
+        text += f"\n\n{ARGS_TRAILER}: {json.dumps(experiment.args, separators=(',', ':'))}"
+    done = gitflow.commit_changes(
+        workdir,
+        experiment.snapshot,
+        text,
+        max_bytes=_max_bytes(campaign),
+        allow_empty=first and bool(experiment.args),
+    )
     if done.left_out:  # generated files (checkpoints, wandb/, files over the size limit) stay out
         click.echo(done.left_out_line(), err=True)
     experiment.commits.append(done.sha)
@@ -381,6 +419,14 @@ def _max_bytes(campaign: Campaign) -> int:
 
 
 # ---------------------------------------------------------------- launching
+
+
+def command_of(campaign: Campaign, experiment: Experiment) -> str:
+    """The command this attempt runs: its own or the campaign's, with its command-line knobs
+    written in (`args_style`, at `${args}` or at the end). The fingerprint keeps the command as
+    written: arguments are the hypothesis, not the setup."""
+    s = campaign.settings
+    return knobs.with_args(experiment.own.command or s.command, experiment.args, s.args_style)
 
 
 def launcher_for(campaign: Campaign):
@@ -503,7 +549,7 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     if pool.slurm_gpus:
         resources["gpus"] = str(pool.slurm_gpus)
     spec = RunSpec(
-        command=own.command or s.command,
+        command=command_of(campaign, experiment),
         log_path=log_path,
         cwd=experiment.run_cwd,
         env=env,
@@ -670,14 +716,14 @@ def _append_row(campaign: Campaign, experiment: Experiment, result: Result | Non
     run = experiment.run
     measured = status in ("keep", "discard")
     noise_fields = result.noise if measured else {}
-    command = experiment.own.command or s.command
+    command = command_of(campaign, experiment)
     return ledger.append(
         campaign.ledger,
         ledger.Row(
             branch=experiment.branch,
             parent_commit=experiment.parent_commit,
             commit=experiment.commit or (experiment.commits[-1] if experiment.commits else ""),
-            recipe=command,
+            recipe=experiment.own.command or s.command,
             metric_name=s.metric,
             metric_value=(result.metric_value or 0.0) if measured else 0.0,
             memory_gb=result.memory_gb,

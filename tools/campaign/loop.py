@@ -309,7 +309,7 @@ class Loop:
     def open(self, proposal: Proposal, parent: str) -> str:
         record = experiment.start(
             self.campaign, proposal.slug, proposal.description, parent=parent, skip_baseline_check=True,
-            proposal=proposal.__dict__,
+            proposal=proposal.__dict__, args=proposal.args,
         )  # fmt: skip
         apply(proposal, Path(record.workdir), self.mutable, self.frozen)
         experiment.commit(self.campaign, record.key)

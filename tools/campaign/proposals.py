@@ -1,15 +1,20 @@
 """Where the unattended loop's hypotheses come from, and how one is applied to the code.
 
 Policies (the `policy:` block of a campaign file):
-    queue    a list of hypotheses, each {slug, description, set: {NAME: value}} or {..., patch: DIFF}
-    grid     every combination of `space: {NAME: [values]}`
-    random   `samples` draws from `space:` (lists, {uniform: [a, b]}, {log_uniform: [a, b]}), seeded
+    queue    a list of hypotheses, each {slug, description, set: {KNOB: value}, args: {NAME: value}}
+             or {..., patch: DIFF}
+    grid     every combination of `space: {KNOB: [values]}` and `args: {NAME: [values]}`
+    random   `samples` draws from `space:` and `args:` (lists, {uniform: [a, b]}, {log_uniform: [a, b]},
+             {int: [a, b]}), seeded
     command  an external proposer (e.g. a headless coding agent): gets the program, the mutable
-             file and the ledger as JSON on stdin, answers {"slug", "description", "set"|"patch"}
+             files and the ledger as JSON on stdin, answers {"slug", "description", "set"|"patch"}
 
-A proposal may only touch the mutable files. `set:` rewrites top-level UPPER_CASE constants
-(`LEARNING_RATE = 3e-3  # comment` keeps its comment); `patch:` is a unified diff checked
-against the parent commit before anything is created.
+A proposal may only touch the mutable files. `set:` changes knobs where they live (knobs.py): a
+top-level Python assignment by its name as written (`learning_rate = 1e-3  # comment` keeps its
+comment), a dotted key of a YAML, JSON or TOML file, `file:name` when several mutable files hold
+the name; nothing else in the file changes. `args:` are command-line arguments: they change no
+file, and the experiment writes them into its command. `patch:` is a unified diff checked against
+the parent commit before anything is created.
 """
 
 from __future__ import annotations
@@ -19,14 +24,15 @@ import json
 import math
 import os
 import random
-import re
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoresearch_skills import knobs
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.gitflow import slugify
 
 PROPOSER_TIMEOUT = 900.0  # seconds an external proposer may think
 MAX_RETRIES = 2  # rejected proposals are fed back this many times before a crash row
@@ -36,29 +42,38 @@ MAX_RETRIES = 2  # rejected proposals are fed back this many times before a cras
 class Proposal:
     slug: str
     description: str
-    set: dict = field(default_factory=dict)
+    set: dict = field(default_factory=dict)  # knobs of the mutable files
     patch: str = ""
     parent: str | None = None  # overrides the policy's parent (baseline, best or a ref)
+    args: dict = field(default_factory=dict)  # command-line arguments, written into the command
 
     @classmethod
     def from_mapping(cls, data: dict, where: str) -> Proposal:
         if not isinstance(data, dict):
-            raise Rejected(f"{where}: a proposal must be an object with slug, description and set or patch")
-        unknown = set(data) - {"slug", "description", "set", "patch", "parent"}
+            raise Rejected(
+                f"{where}: a proposal must be an object with slug, description and set, args or patch"
+            )
+        unknown = set(data) - {"slug", "description", "set", "patch", "parent", "args"}
         if unknown:
             raise Rejected(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         if not data.get("slug") or not data.get("description"):
             raise Rejected(f"{where}: slug and description are required")
-        if bool(data.get("set")) == bool(data.get("patch")):
-            raise Rejected(f"{where}: give exactly one of `set` (constants) or `patch` (unified diff)")
-        if data.get("set") is not None and not isinstance(data["set"], dict):
-            raise Rejected(f"{where}: `set` must map UPPER_CASE names to values")
+        if data.get("set") and data.get("patch"):
+            raise Rejected(f"{where}: give one of `set` (knobs) or `patch` (unified diff), not both")
+        if not (data.get("set") or data.get("patch") or data.get("args")):
+            raise Rejected(
+                f"{where}: give `set` (knobs), `args` (command-line arguments) or `patch` (unified diff)"
+            )
+        for key in ("set", "args"):
+            if data.get(key) is not None and not isinstance(data[key], dict):
+                raise Rejected(f"{where}: `{key}` must map names to values")
         return cls(
             str(data["slug"]),
             str(data["description"]),
             dict(data.get("set") or {}),
             str(data.get("patch") or ""),
             data.get("parent"),
+            dict(data.get("args") or {}),
         )
 
 
@@ -69,31 +84,32 @@ class Rejected(Exception):
 # ---------------------------------------------------------------- applying
 
 
-def _constant_pattern(name: str) -> re.Pattern:
-    return re.compile(
-        rf"^(?P<lhs>{re.escape(name)}\s*(?::[^=]+)?=\s*)(?P<value>.+?)(?P<comment>\s+#.*)?$", re.M
-    )
+def knob_files(mutable: list[str], read: Callable[[str], str | None]) -> dict[str, str]:
+    """The mutable files a knob can live in (Python, YAML, JSON, TOML), path -> text, as `read`
+    gives them (the workdir's file, or the parent commit's)."""
+    files = {}
+    for path in mutable:
+        try:
+            knobs.file_format(path)
+        except knobs.KnobError:
+            continue  # a shell script or a notebook holds no knob we can edit in place
+        text = read(path)
+        if text is not None:
+            files[path] = text
+    return files
 
 
-def _literal(value) -> str:
-    if isinstance(value, bool) or value is None:
-        return repr(value)
-    if isinstance(value, float):
-        return f"{value:.6g}" if value and (abs(value) < 1e-3 or abs(value) >= 1e6) else repr(value)
-    return repr(value)
-
-
-def apply_set(source: str, overrides: dict, filename: str) -> str:
-    for name, value in overrides.items():
-        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", str(name)):
-            raise Rejected(f"`set` may only change UPPER_CASE constants; {name!r} is not one")
-        pattern = _constant_pattern(name)
-        if not pattern.search(source):
-            raise Rejected(f"{filename} has no top-level constant {name}")
-        source = pattern.sub(
-            lambda m, v=value: f"{m['lhs']}{_literal(v)}{m['comment'] or ''}", source, count=1
-        )
-    return source
+def apply_set(files: dict[str, str], values: dict) -> dict[str, str]:
+    """The files `values` changes, with their new text; Rejected names the knob and its nearest."""
+    if not files:
+        raise Rejected("`set` needs a mutable Python, YAML, JSON or TOML file (policy.mutable)")
+    try:
+        return {
+            path: knobs.set_knobs(files[path], knobs.file_format(path), changes, path)
+            for path, changes in knobs.by_file(values, files).items()
+        }
+    except knobs.KnobError as err:
+        raise Rejected(str(err)) from None
 
 
 def check_patch(
@@ -153,12 +169,19 @@ def apply(proposal: Proposal, workdir: Path, mutable: list[str], frozen: list[st
         if result.returncode != 0:
             raise Rejected(f"patch does not apply: {result.stderr.strip()}")
         return []
-    target = mutable[0] if mutable else None
-    if target is None:
-        raise Rejected("the campaign names no mutable file for `set` proposals (policy.mutable)")
-    path = workdir / target
-    path.write_text(apply_set(path.read_text(), proposal.set, target))
-    return [target]
+    if not proposal.set:
+        return []  # arguments only: the experiment writes them into its command
+    changed = apply_set(knob_files(mutable, lambda path: _read(workdir / path)), proposal.set)
+    for path, text in changed.items():
+        (workdir / path).write_text(text)
+    return list(changed)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def validate(
@@ -168,27 +191,26 @@ def validate(
     if proposal.patch:
         check_patch(repo, parent_commit, proposal.patch, mutable, frozen)
         return
-    if not mutable:
-        raise Rejected("the campaign names no mutable file for `set` proposals (policy.mutable)")
-    shown = subprocess.run(
-        ["git", "show", f"{parent_commit}:{mutable[0]}"], cwd=repo, capture_output=True, text=True
-    )
-    if shown.returncode != 0:
-        raise Rejected(f"{mutable[0]} does not exist in the parent commit")
-    apply_set(shown.stdout, proposal.set, mutable[0])
+    if proposal.set:
+        apply_set(knob_files(mutable, lambda path: committed_text(repo, parent_commit, path)), proposal.set)
+
+
+def committed_text(repo: Path, commit: str, path: str) -> str | None:
+    """A file as `commit` has it; None when the commit lacks it."""
+    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=repo, capture_output=True, text=True)
+    return shown.stdout if shown.returncode == 0 else None
 
 
 # ---------------------------------------------------------------- policies
 
 
 def _slug_for(overrides: dict) -> str:
-    from autoresearch_skills.gitflow import slugify
-
-    return slugify("-".join(f"{k}-{v}" for k, v in overrides.items()))
+    return slugify("-".join(f"{k.rsplit(':', 1)[-1]}-{v}" for k, v in overrides.items()))
 
 
-def _describe(overrides: dict) -> str:
-    return "set " + ", ".join(f"{k}={_literal(v)}" for k, v in overrides.items())
+def _proposal(knob_values: dict, arg_values: dict) -> Proposal:
+    values = {**knob_values, **arg_values}
+    return Proposal(_slug_for(values), knobs.describe(values), set=knob_values, args=arg_values)
 
 
 def _grid(space: dict) -> Iterator[dict]:
@@ -240,17 +262,24 @@ class StaticPolicy(Policy):
                 except Rejected as err:
                     raise BadInput(str(err)) from None
             return
-        space = self.config.get("space") or {}
-        if not isinstance(space, dict) or not space:
-            raise BadInput(f"policy {kind} needs a `space:` mapping of UPPER_CASE names to values")
+        space, args = self.config.get("space") or {}, self.config.get("args") or {}
+        if not isinstance(space, dict) or not isinstance(args, dict) or not (space or args):
+            raise BadInput(
+                f"policy {kind} needs `space:` (knobs of the mutable files) or `args:` (command-line "
+                "arguments): a mapping of names to values"
+            )
+        both = {**{("set", k): v for k, v in space.items()}, **{("args", k): v for k, v in args.items()}}
         if kind == "grid":
-            for overrides in _grid(space):
-                yield Proposal(_slug_for(overrides), _describe(overrides), set=overrides)
-            return
-        rng = random.Random(self.config.get("seed", 0))
-        for _ in range(int(self.config.get("samples", 8))):
-            overrides = {name: _draw(spec, rng) for name, spec in space.items()}
-            yield Proposal(_slug_for(overrides), _describe(overrides), set=overrides)
+            draws: Iterator[dict] = _grid(both)
+        else:
+            rng = random.Random(self.config.get("seed", 0))
+            count = int(self.config.get("samples", 8))
+            draws = ({key: _draw(spec, rng) for key, spec in both.items()} for _ in range(count))
+        for values in draws:
+            yield _proposal(
+                {name: v for (where, name), v in values.items() if where == "set"},
+                {name: v for (where, name), v in values.items() if where == "args"},
+            )
 
     def next(self, context: dict, feedback: str | None = None) -> Proposal | None:
         if feedback is not None:
