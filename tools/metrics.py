@@ -16,13 +16,14 @@ follows how far from the end the value was printed, not how big the log is.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import operator
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -40,6 +41,8 @@ __all__ = [
     "format_value",
     "guess_direction",
     "latest",
+    "names",
+    "nearest",
     "resolve_preset",
     "tail_lines",
 ]
@@ -68,29 +71,143 @@ def _number(text: str) -> float | None:
 
 # --- presets -----------------------------------------------------------------------------
 
-_PAIR = re.compile(rf"(?<![\w./@-])['\"]?({_KEY})['\"]?\s*[:=]\s*{_NP}({NUMBER}){_UNIT}\)?{_END}")
-_STEP_WORD = re.compile(r"\b(?:step|iter|iteration)\s+(\d+)\b", re.IGNORECASE)
 GENERIC_STEP_KEYS = frozenset({"step", "global_step", "steps", "iter", "iteration", "it", "_step"})
+STEP_WORDS = frozenset({"step", "iter", "iteration"})  # `validate step: 100`, `loss at iteration 100`
+MAX_NAME_WORDS = 6  # `elapsed time per iteration (ms)` has 5; longer text before a number is prose
+
+# A value as printed: a number with its unit glued on (250ms, 12.3GiB, 30.1it/s, 39.8%), never a
+# piece of a name (3fa2, exp_lr_3e-4, gpt-2, Acc@1), a version (1.2.3), a clock (12:00:05), a
+# date (2024-05-01) or a digit group (1,669,232).
+_VALUE = (
+    r"(?<![\w.@])(?<!\d[:,-])(?<![\w.][-+])"
+    r"(?P<number>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+    r"|[-+]?(?i:nan|inf(?:inity)?)(?!\s+[A-Za-z]))"  # `loss nan`, not `number of nan iterations`
+    r"(?P<unit>%|/?[A-Za-z]+(?:/[A-Za-z]+)*)?"
+    r"(?!\w|[.:,-]\d)"
+)
+# What splits a line into names: a value ends the name before it; so do `,;|{{}}[]`, table bars,
+# ` - ` and brackets. A bracket without digits inside is part of a name: `(ms)`, `(EMA)`.
+_TOKEN = re.compile(rf"(?P<aside>\([^()\d]*\))|(?P<value>{_VALUE})|(?P<cut>[(),;|{{}}\[\]│┃║]| - )")
+_TABLE_CUTS = frozenset("|│┃║[")  # `│ val_loss │ 0.512 │`: the name is in the cell before
+# `Acc@1: 48.378 ( 52.378)`: the batch value and, in brackets, the running average (timm,
+# pytorch/examples AverageMeter); the average is what those repositories report.
+_AVERAGE = re.compile(rf"\s*\(\s*(?P<number>{NUMBER})(?P<unit>%|/?[A-Za-z]+)?\s*\)")
+_WRAPPED = re.compile(rf"\b(?:np\.\w+|tensor)\(\s*({NUMBER})[^()]*\)")  # np.float64(0.53), tensor(0.5)
+_LEVEL = re.compile(r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b\W*")
+_LEADING = re.compile(r"^(?:[^\w]|\d)+")  # bullets, `*`, `#`, emoji before a name
+_NOT_A_NAME = re.compile(r"\.(?:py|c|cc|cpp|cu|h|rs|go|js|ts)$")  # `ppo_trainer.py:547]`: a source line
 
 
 class GenericParser:
-    """`key: value` and `key=value` anywhere in a line; a `step`-like key (or `step 120`) in the
-    same line gives the step."""
+    """Names as the log prints them: each number takes as its name the text before it, back to
+    the previous number or a separator (`,;|{}[]()`, ` - `, table bars), without `:`, `=`, quotes
+    or a log level. So `step 200: train loss 2.52, val loss 2.40` gives `step`, `train loss` and
+    `val loss`; `{'eval_loss': '0.5'}` gives `eval_loss`; `key=value` takes the one word before
+    `=`. A `step`-like name gives the line's step."""
 
     resolved = True
-    needle = staticmethod(literal_needle)
 
     def context(self, line: str) -> None:
         pass
 
+    def needle(self, metric: str) -> re.Pattern[str]:
+        """The name's last `/` part, any case, any run of spaces between its words."""
+        words = metric.rsplit("/", 1)[-1].split()
+        return re.compile(r"\s+".join(map(re.escape, words)), re.IGNORECASE)
+
     def feed(self, line: str) -> list[Sample]:
-        pairs = [(key, float(value)) for key, value in _PAIR.findall(line)]
-        if not pairs:
-            return []
-        step = next((int(v) for k, v in pairs if k.lower() in GENERIC_STEP_KEYS and v.is_integer()), None)
-        if step is None and (word := _STEP_WORD.search(line)):
-            step = int(word.group(1))
-        return [Sample(key, value, step) for key, value in pairs]
+        pairs, step = printed_values(line)
+        return [Sample(name, value, step) for name, value in pairs]
+
+
+def printed_values(line: str) -> tuple[list[tuple[str, float]], int | None]:
+    """(name as printed, value) for every named number in `line`, in order, and the line's step:
+    the first `step`-like name's whole number. A step written bare (`step 200`) is only the step;
+    written `step: 200` or `step=200` it is also a value named `step`."""
+    step = None
+    pairs = []
+    for name, value, separated in _named_numbers(line):
+        if _is_step(name):
+            if step is None and value.is_integer():
+                step = int(value)
+            if not separated:
+                continue
+        pairs.append((name, value))
+    return pairs, step
+
+
+def _named_numbers(line: str) -> list[tuple[str, float, bool]]:
+    """(name, value, whether `:` or `=` stood between them) for every named number in `line`."""
+    if "(" in line and ("np." in line or "tensor(" in line):
+        line = _WRAPPED.sub(r"\1", line)
+    summary = line.lstrip().startswith("*")  # timm's ` * Acc@1 79.1 (20.9)`: the error, not an average
+    found: list[tuple[str, float, bool]] = []
+    start = 0  # where the text naming the next value begins
+    after = "start"  # what `start` follows: the line's start, a cut or a value
+    cell: str | None = None  # the text between the last two cuts, for table rows
+    cut = ""
+    named: int | None = None  # the entry the previous value made, if it made one
+    fraction_of: int | None = None  # `HellaSwag: 2345/10042 = 0.2335`: the ratio is HellaSwag's value
+    skip_to = 0
+    for token in _TOKEN.finditer(line):
+        kind = token.lastgroup
+        if kind == "aside" or token.start() < skip_to:
+            continue
+        if kind == "cut":
+            cell = line[start : token.start()] if after != "value" else None
+            cut, start, after = token.group(), token.end(), "cut"
+            continue
+        text = line[start : token.start()]
+        value = float(token.group("number"))
+        name = _name(text)
+        if name is None and after == "cut" and cut in _TABLE_CUTS and cell and not text.strip():
+            name, text = _name(cell), cell
+        start, after = token.end(), "value"
+        if name is None:
+            bare = text.strip()
+            if bare == "/":
+                fraction_of = named
+            elif bare == "=" and fraction_of is not None:
+                found[fraction_of] = (*found[fraction_of][:1], value, True)
+                fraction_of = None
+            named = None
+            continue
+        average = _AVERAGE.match(line, token.end())
+        if average and not summary and average.group("unit") == token.group("unit") and not _is_step(name):
+            value = float(average.group("number"))
+            start = skip_to = average.end()
+        named, fraction_of = len(found), None
+        found.append((name, value, text.rstrip(" \t'\"").endswith((":", "="))))
+    return found
+
+
+def _name(text: str) -> str | None:
+    """The name in the text before a value, or None when it holds none."""
+    tight = text[-1:] in (":", "=") and not text[-2:-1].isspace()
+    text = text.rstrip(" \t'\"")
+    if text[-1:] in (":", "="):
+        text = text[:-1].rstrip(" \t'\"")
+    if tight:  # key=value and key:value take one word: `INFO epoch=0` is epoch
+        text = text.rsplit(None, 1)[-1] if text.strip() else ""
+    for mark in (":", "=", ". "):  # `INFO:root:loss`, `Validation: val loss`, `done. accuracy`
+        if mark in text:
+            text = text.rsplit(mark, 1)[1]
+    words = text.split()
+    for i in range(len(words) - 1, -1, -1):  # a date, clock or version before the name
+        if words[i].lstrip("+-")[:1].isdigit():
+            words = words[i + 1 :]
+            break
+    name = _LEVEL.sub("", _LEADING.sub("", " ".join(words))).rstrip(" .'\"")  # `lr ......... 3e-4`
+    if not name or not (name[0].isalpha() or name[0] == "_") or _NOT_A_NAME.search(name):
+        return None
+    if name.count(" ") >= MAX_NAME_WORDS:
+        return None
+    return name
+
+
+def _is_step(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in GENERIC_STEP_KEYS or lowered.rsplit(" ", 1)[-1] in STEP_WORDS
 
 
 _KARPATHY_SUMMARY = re.compile(rf"^\s*({_KEY}):\s+({NUMBER})\s*$")
@@ -518,9 +635,10 @@ def _tensorboard(path: Path) -> list[Sample]:
 
 
 def name_matcher(metric: str) -> Callable[[str], bool]:
-    """`accuracy` finds `validation/accuracy`: a name matches exactly, ignoring case, or as its
-    last `/`-separated part(s)."""
-    wanted = metric.lower()
+    """`accuracy` finds `validation/accuracy`: a name matches whole, ignoring case and how many
+    spaces stand between its words, or as its last `/`-separated part(s). `loss` is not
+    `train loss`, `reward` is not `reward_std`."""
+    wanted = " ".join(metric.split()).lower()
     suffix = "/" + wanted
     known: dict[str, bool] = {}  # a log repeats a few dozen names millions of times
 
@@ -561,9 +679,31 @@ def extract(
     if direction is not None and direction not in DIRECTIONS:
         raise BadInput(f"unknown direction {direction!r}: use min or max")
     name = _metric_name(chosen, metric, pattern)
+    if mode == "best" and name is None:
+        raise BadInput(f"--mode best needs --metric: preset {chosen.name} has no default metric")
     source = _open_source(path, chosen, pattern, name)
-    wanted = name_matcher(name) if name else None
+    found = _read(source, name, mode, direction, on_progress)
+    if (
+        not found
+        and name
+        and pattern is None
+        and source.kind == "log"
+        and source.make_parser is not GenericParser
+    ):
+        # A preset that does not print this name (karpathy with `metric: val loss`): read the
+        # name as the log prints it.
+        found = _read(replace(source, make_parser=GenericParser), name, mode, direction, on_progress)
+    return found
 
+
+def _read(
+    source: _Source,
+    name: str | None,
+    mode: str,
+    direction: str | None,
+    on_progress: Callable[[int, int], None] | None,
+) -> list[Sample]:
+    wanted = name_matcher(name) if name else None
     if mode == "last":
         return _last_match(source, wanted) if wanted else _last_record(source)
     if mode == "series":
@@ -573,8 +713,7 @@ def extract(
             for s in samples
             if wanted is None or wanted(s.name)
         ]
-    if wanted is None:
-        raise BadInput(f"--mode best needs --metric: preset {chosen.name} has no default metric")
+    assert wanted is not None  # extract refuses `best` without a name
     better = operator.lt if (direction or guess_direction(name or "")) == "min" else operator.gt
     candidates = (s for samples in _scan_all(source, on_progress) for s in samples if wanted(s.name))
     best: Sample | None = None
@@ -639,6 +778,75 @@ def latest(path: str | Path, preset: str = "generic") -> dict[str, Sample]:
     return found
 
 
+def names(path: str | Path, preset: str = "generic", tail_bytes: int | None = None) -> dict[str, Sample]:
+    """Every name `extract` can read in the log, with its last Sample, in the order the names first
+    appear. A preset other than generic adds the names as printed that it does not read itself,
+    since `extract` falls back to those. `tail_bytes` reads only the end of a plain text log
+    (cheap after a crash); None reads the whole file."""
+    chosen = resolve_preset(preset)
+    source = _open_source(path, chosen, None, None)
+    if source.kind != "log":
+        return _last_per_name(s for samples in _scan_all(source) for s in samples)
+    parsers = [source.make_parser()] if source.make_parser else []
+    if source.make_parser is not GenericParser:
+        parsers.append(GenericParser())
+    found: list[dict[str, Sample]] = [{} for _ in parsers]
+    for line in _text_lines(source, tail_bytes):
+        for parser, seen in zip(parsers, found):
+            for sample in parser.feed(line):
+                seen[sample.name] = sample
+    own = found[0]
+    for name, sample in (found[1] if len(found) > 1 else {}).items():
+        if not any(name_matcher(name)(known) for known in own):  # the preset answers to it
+            own.setdefault(name, sample)
+    return own
+
+
+def _text_lines(source: _Source, tail_bytes: int | None) -> Iterable[str]:
+    from autoresearch_skills.sources import logs
+
+    if tail_bytes is None or source.gzip:
+        return logs.iter_lines(source.path)
+    return logs.tail_window(source.path, tail_bytes)[0]
+
+
+def _last_per_name(samples: Iterable[Sample]) -> dict[str, Sample]:
+    found: dict[str, Sample] = {}
+    for sample in samples:
+        found[sample.name] = sample
+    return found
+
+
+NEAREST_MIN = 0.5  # below this likeness no name is offered: `loss` for `reward` helps nobody
+
+
+def nearest(metric: str, names: Iterable[str]) -> str | None:
+    """The readable name closest to `metric`, or None: `val_loss` for `val loss`, `val loss` for
+    `validation loss`. Scored by shared words (`val` counts for `validation`) and by spelling."""
+    wanted = _words(metric)
+    best, best_score = None, NEAREST_MIN
+    for name in names:
+        words = _words(name)
+        if words == wanted:
+            return name
+        shared = sum(any(_same_word(w, v) for v in words) for w in wanted)
+        overlap = shared / max(len(wanted), 1)  # how much of the asked name the candidate holds
+        spelling = difflib.SequenceMatcher(None, " ".join(wanted), " ".join(words)).ratio()
+        score = 0.6 * overlap + 0.4 * spelling
+        if score > best_score:
+            best, best_score = name, score
+    return best
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in re.split(r"[\s_/.:-]+", name.lower()) if w]
+
+
+def _same_word(a: str, b: str) -> bool:
+    """`val` and `validation`, `acc` and `accuracy`: one starts the other (three letters at least)."""
+    return a == b or (min(len(a), len(b)) >= 3 and (a.startswith(b) or b.startswith(a)))
+
+
 def tail_lines(path: str | Path, n: int = 20) -> list[str]:
     """The last `n` lines of a text log as a terminal shows them (see sources/logs.py); reads
     backwards, so it is cheap on any log size. TensorBoard data has no lines: []."""
@@ -688,7 +896,10 @@ def cli() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="one JSON object")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV rows: name,step,value")
-def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as_csv) -> None:
+@click.option(
+    "-l", "--list", "as_list", is_flag=True, help="every name LOG holds, with its last value and step"
+)
+def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as_csv, as_list) -> None:
     """Print a metric from LOG: a text log (plain or .gz), a .jsonl file, a TensorBoard event
     file or a directory holding them, a W&B run folder (or `wandb/`, the newest run) or an MLflow
     file store (`mlruns/`, the newest run).
@@ -712,6 +923,9 @@ def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as
     """
     if as_json and as_csv:
         raise BadInput("choose one of --json and --csv")
+    if as_list:
+        _list_names(log, preset, pattern, as_json, as_csv)
+        return
     progress = _terminal_progress(log) if mode != "last" else None
     samples = extract(log, preset, metric, pattern, mode, direction, on_progress=progress)
     if progress is not None:
@@ -739,6 +953,23 @@ def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as
             click.echo(
                 f"direction: {guessed}{'' if direction else ' (guessed from the name; set --direction)'}"
             )
+
+
+def _list_names(log: Path, preset: str, pattern: str | None, as_json: bool, as_csv: bool) -> None:
+    if pattern is not None or as_csv:
+        raise BadInput("--list prints names and values: leave out --pattern and --csv")
+    found = names(log, preset)
+    if as_json:
+        listed = [{"name": s.name, "value": _json_number(s.value), "step": s.step} for s in found.values()]
+        click.echo(
+            json.dumps({"path": str(log), "preset": resolve_preset(preset).name, "names": listed}, indent=2)
+        )
+    else:
+        for s in found.values():
+            click.echo(f"{s.name}: {format_value(s.value)}{'' if s.step is None else f'  (step {s.step})'}")
+    if not found:
+        click.echo(f"metric: no names with values in {log} (preset {resolve_preset(preset).name})", err=True)
+        sys.exit(EXIT_NEGATIVE)
 
 
 def _as_json(log: Path, preset: Preset, name, mode, direction, samples: list[Sample]) -> dict:
@@ -776,20 +1007,27 @@ def _explain_no_match(log: Path, preset: Preset, name: str | None, mode: str) ->
         tags = sorted({s.name for s in _whole(_open_source(log, preset, None, None))})
         click.echo(f"tags present: {_listing(tags)}", err=True)
         return
-    names = list(latest(log, preset.name))
-    if names:
-        click.echo(f"names near the end ({preset.name}): {_listing(names)}", err=True)
+    near_end = list(latest(log, preset.name))
+    if near_end:
+        click.echo(f"names near the end ({preset.name}): {_listing(near_end)}", err=True)
+    closest = nearest(name, names(log, preset.name, tail_bytes=LATEST_WINDOW)) if name else None
+    if closest is not None:
+        click.echo(f"closest name: {closest} (to read it: --metric {_quoted(closest)})", err=True)
     lines = tail_lines(log, 20)
     click.echo(f"last {len(lines)} lines of {log}:", err=True)
     for line in lines:
         click.echo(f"  {line}", err=True)
 
 
-def _listing(names: list[str], limit: int = 20) -> str:
-    if not names:
+def _listing(found: list[str], limit: int = 20) -> str:
+    if not found:
         return "none"
-    more = f" ... ({len(names) - limit} more)" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
+    more = f" ... ({len(found) - limit} more)" if len(found) > limit else ""
+    return ", ".join(found[:limit]) + more
+
+
+def _quoted(name: str) -> str:
+    return f"'{name}'" if any(c in name for c in " ()@'|&;<>$") else name
 
 
 def _terminal_progress(log: Path) -> Callable[[int, int], None] | None:
