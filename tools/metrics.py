@@ -1,22 +1,36 @@
 """Metric extraction: the values a run reported, read from its log, a JSON-lines file or
 TensorBoard event files.
 
-Presets know real output formats (references/metric-presets.md has examples of each):
+A metric is asked for by the name the log prints, spaces and case as written (`val loss`,
+`Validation bpb`, `lm loss value`, `eval_loss`, `Acc@1`): the generic reading (the default) splits
+each line into names and numbers, a name being the text between the previous number or separator
+(`,;|{}[]()`, ` - `, table bars) and its number, without `:`, `=` or quotes. A name matches whole,
+never a part of a longer one: `loss` is not `train loss`, `reward` is not `reward_std`. The line's
+`step`-like name (`step 200`, `iter 100:`, `iteration 100/1000`) gives the values their step. A value
+followed by a bracketed one (`Acc@1: 48.378 ( 52.378)`) reads the bracketed running average, the
+result timm and pytorch/examples report. `names()` lists every name a log holds, `nearest()` the one
+closest to a name that is missing.
+
+Presets know formats whose names are not printed as they are stored (references/metric-presets.md):
   karpathy  the end-of-run block `val_bpb:          0.997900`, and `step 00042 (..) | loss: ...` lines
   nemo-rl   `• Accuracy: 0.7421` under `Validation Results` (step from `Starting validation at step N`),
             `• Loss:` / `• Avg Reward:` under `Training Results` (step from `==== Step N/M ====`)
   verl      `step:N - key:value - ...`, `## Step N` bullet lists, one Python-dict line per validation
             (alias: agentjet)
-  generic   `key: value` and `key=value`
-or `--pattern REGEX` for anything else.
+  generic   names as printed (above)
+A preset that finds no value for the name asked falls back to the name as printed, so a campaign
+with the karpathy preset and `metric: val loss` reads nanoGPT's `step 200: ..., val loss 2.40`.
+`--pattern REGEX` reads anything else.
 
 `last` reads the end of the file in growing windows and stops at the latest match, so its cost
-follows how far from the end the value was printed, not how big the log is.
+follows how far from the end the value was printed, not how big the log is. Lines that cannot hold
+the name (a case-blind substring test) are skipped before any parsing.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import operator
@@ -140,52 +154,56 @@ def _named_numbers(line: str) -> list[tuple[str, float, bool]]:
     """(name, value, whether `:` or `=` stood between them) for every named number in `line`."""
     if "(" in line and ("np." in line or "tensor(" in line):
         line = _WRAPPED.sub(r"\1", line)
-    summary = line.lstrip().startswith("*")  # timm's ` * Acc@1 79.1 (20.9)`: the error, not an average
+    averages = "(" in line and not line.lstrip().startswith("*")  # timm's ` * Acc@1 79.1 (20.9)`: an error
     found: list[tuple[str, float, bool]] = []
     start = 0  # where the text naming the next value begins
-    after = "start"  # what `start` follows: the line's start, a cut or a value
-    cell: str | None = None  # the text between the last two cuts, for table rows
+    after_value = False  # whether `start` follows a value (else the line's start or a cut)
+    cell = ""  # the text between the last two cuts, for table rows
     cut = ""
     named: int | None = None  # the entry the previous value made, if it made one
     fraction_of: int | None = None  # `HellaSwag: 2345/10042 = 0.2335`: the ratio is HellaSwag's value
     skip_to = 0
     for token in _TOKEN.finditer(line):
+        begin, end = token.span()
         kind = token.lastgroup
-        if kind == "aside" or token.start() < skip_to:
+        if kind == "aside" or begin < skip_to:
             continue
         if kind == "cut":
-            cell = line[start : token.start()] if after != "value" else None
-            cut, start, after = token.group(), token.end(), "cut"
+            cell = "" if after_value else line[start:begin]
+            cut, start, after_value = token.group(), end, False
             continue
-        text = line[start : token.start()]
+        text = line[start:begin]
+        name, separated = _label(text)
+        if name is None and not after_value and cell and cut in _TABLE_CUTS and not text.strip():
+            name, separated = _label(cell)
+        start, after_value = end, True
         value = float(token.group("number"))
-        name = _name(text)
-        if name is None and after == "cut" and cut in _TABLE_CUTS and cell and not text.strip():
-            name, text = _name(cell), cell
-        start, after = token.end(), "value"
         if name is None:
             bare = text.strip()
             if bare == "/":
                 fraction_of = named
             elif bare == "=" and fraction_of is not None:
-                found[fraction_of] = (*found[fraction_of][:1], value, True)
+                found[fraction_of] = (found[fraction_of][0], value, True)
                 fraction_of = None
             named = None
             continue
-        average = _AVERAGE.match(line, token.end())
-        if average and not summary and average.group("unit") == token.group("unit") and not _is_step(name):
+        average = _AVERAGE.match(line, end) if averages else None
+        if average and average.group("unit") == token.group("unit") and not _is_step(name):
             value = float(average.group("number"))
             start = skip_to = average.end()
         named, fraction_of = len(found), None
-        found.append((name, value, text.rstrip(" \t'\"").endswith((":", "="))))
+        found.append((name, value, separated))
     return found
 
 
-def _name(text: str) -> str | None:
-    """The name in the text before a value, or None when it holds none."""
+@functools.lru_cache(maxsize=16384)  # a log repeats the same few dozen names millions of times
+def _label(text: str) -> tuple[str | None, bool]:
+    """The name in the text before a value (None when it holds none), and whether a `:` or `=`
+    ends that text."""
     tight = text[-1:] in (":", "=") and not text[-2:-1].isspace()
     text = text.rstrip(" \t'\"")
-    if text[-1:] in (":", "="):
+    separated = text[-1:] in (":", "=")
+    if separated:
         text = text[:-1].rstrip(" \t'\"")
     if tight:  # key=value and key:value take one word: `INFO epoch=0` is epoch
         text = text.rsplit(None, 1)[-1] if text.strip() else ""
@@ -199,12 +217,13 @@ def _name(text: str) -> str | None:
             break
     name = _LEVEL.sub("", _LEADING.sub("", " ".join(words))).rstrip(" .'\"")  # `lr ......... 3e-4`
     if not name or not (name[0].isalpha() or name[0] == "_") or _NOT_A_NAME.search(name):
-        return None
+        return None, separated
     if name.count(" ") >= MAX_NAME_WORDS:
-        return None
-    return name
+        return None, separated
+    return name, separated
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_step(name: str) -> bool:
     lowered = name.lower()
     return lowered in GENERIC_STEP_KEYS or lowered.rsplit(" ", 1)[-1] in STEP_WORDS
@@ -421,7 +440,12 @@ PRESETS: dict[str, Preset] = {
     "verl": Preset(
         "verl", VerlParser, None, "`step:N - key:value - ..`; `## Step N` + `- key: value`; dict lines"
     ),
-    "generic": Preset("generic", GenericParser, None, "`key: value` and `key=value`"),
+    "generic": Preset(
+        "generic",
+        GenericParser,
+        None,
+        "names as printed: `val loss 2.40`, `key: value`, `key=value`, `{'key': value}`",
+    ),
 }
 PRESET_ALIASES = {"agentjet": "verl", "ajet": "verl", "nemorl": "nemo-rl"}
 
@@ -869,6 +893,8 @@ def cli() -> None:
 
     \b
     Examples:
+      ars metric extract train.log --metric "val loss"
+      ars metric extract train.log --list
       ars metric extract run.log --preset karpathy
       ars metric extract run.log --preset nemo-rl --mode best
       ars metric extract val_results.md --preset agentjet --metric task_pass_rate@1
@@ -884,7 +910,9 @@ def cli() -> None:
     show_default=True,
     help="karpathy, nemo-rl, verl (agentjet) or generic",
 )
-@click.option("-m", "--metric", default=None, help="the key to read [default: the preset's, e.g. val_bpb]")
+@click.option(
+    "-m", "--metric", default=None, help="the name as the log prints it [default: the preset's, e.g. val_bpb]"
+)
 @click.option(
     "--pattern",
     default=None,
@@ -904,13 +932,22 @@ def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as
     file or a directory holding them, a W&B run folder (or `wandb/`, the newest run) or an MLflow
     file store (`mlruns/`, the newest run).
 
-    `last` reads backwards from the end and stops at the latest value; `best` and `series`
-    read the whole file. Exit 0: found; 1: not found (the log's last 20 lines go to stderr,
-    to show why: a crash, an OOM, the wrong preset); 2: bad input. The lines each preset
-    reads are in references/metric-presets.md.
+    --metric is the name as the log prints it, spaces and case as written (`val loss`,
+    `Validation bpb`, `eval_loss`, `Acc@1`); a part of a longer name never matches (`loss` is
+    not `train loss`). --list prints every name the log holds, with its last value and step.
+
+    `last` reads backwards from the end and stops at the latest value; `best`, `series` and
+    --list read the whole file. Exit 0: found; 1: not found (stderr names the closest name
+    and shows the log's last 20 lines, to show why: a crash, an OOM, the wrong name); 2: bad
+    input. The lines each preset and popular repository print are in
+    references/metric-presets.md.
 
     \b
     Examples:
+      ars metric extract train.log --metric "val loss"
+      ars metric extract train.log --list
+      ars metric extract train.log --list --json
+      ars metric extract megatron.log --metric "lm loss value" --mode series
       ars metric extract run.log --preset karpathy
       ars metric extract run.log --preset karpathy --metric peak_vram_mb
       ars metric extract nemo.log --preset nemo-rl --mode series --csv
