@@ -11,7 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.metrics import Sample, cli, extract, format_value, names, nearest, printed_values
+from autoresearch_skills.metrics import (
+    Sample,
+    cli,
+    extract,
+    format_value,
+    name_matcher,
+    names,
+    nearest,
+    printed_values,
+)
 
 REPO_LOGS = Path(__file__).resolve().parent / "data" / "repo_logs"
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
@@ -309,3 +318,13 @@ def test_every_fixture_lists_its_result_names(log):
     found = names(REPO_LOGS / f"{log}.log")
     wanted = {metric.lower() for name, metric, _, _ in CASES if name == log}
     assert wanted <= {name.lower() for name in found}
+
+
+@pytest.mark.parametrize("log", REPOSITORY_LOGS)
+def test_reading_one_name_gives_what_reading_every_name_gives(log):
+    """Reading one name skips lines without it and stops early on a line; the answer is the same."""
+    path = REPO_LOGS / f"{log}.log"
+    found = names(path)
+    for name, sample in found.items():
+        if sum(name_matcher(name)(other) for other in found) == 1:  # `Loss` and `loss` are one name
+            assert extract(path, metric=name) == [sample], name

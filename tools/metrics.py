@@ -99,7 +99,7 @@ _VALUE = (
     r"(?P<unit>%|/?[A-Za-z]+(?:/[A-Za-z]+)*)?"
     r"(?!\w|[.:,-]\d)"
 )
-# What splits a line into names: a value ends the name before it; so do `,;|{{}}[]`, table bars,
+# What splits a line into names: a value ends the name before it; so do `,;|{}[]`, table bars,
 # ` - ` and brackets. A bracket without digits inside is part of a name: `(ms)`, `(EMA)`.
 _TOKEN = re.compile(rf"(?P<aside>\([^()\d]*\))|(?P<value>{_VALUE})|(?P<cut>[(),;|{{}}\[\]│┃║]| - )")
 _TABLE_CUTS = frozenset("|│┃║[")  # `│ val_loss │ 0.512 │`: the name is in the cell before
@@ -115,11 +115,14 @@ _NOT_A_NAME = re.compile(r"\.(?:py|c|cc|cpp|cu|h|rs|go|js|ts)$")  # `ppo_trainer
 class GenericParser:
     """Names as the log prints them: each number takes as its name the text before it, back to
     the previous number or a separator (`,;|{}[]()`, ` - `, table bars), without `:`, `=`, quotes
-    or a log level. So `step 200: train loss 2.52, val loss 2.40` gives `step`, `train loss` and
-    `val loss`; `{'eval_loss': '0.5'}` gives `eval_loss`; `key=value` takes the one word before
-    `=`. A `step`-like name gives the line's step."""
+    or a log level. So `step 200: train loss 2.52, val loss 2.40` gives `train loss` and
+    `val loss` at step 200; `{'eval_loss': '0.5'}` gives `eval_loss`; `key=value` takes the one
+    word before `=`. A `step`-like name gives the line's step (printed_values has the rules)."""
 
     resolved = True
+
+    def __init__(self) -> None:
+        self.wanted: re.Pattern[str] | None = None
 
     def context(self, line: str) -> None:
         pass
@@ -127,20 +130,25 @@ class GenericParser:
     def needle(self, metric: str) -> re.Pattern[str]:
         """The name's last `/` part, any case, any run of spaces between its words."""
         words = metric.rsplit("/", 1)[-1].split()
-        return re.compile(r"\s+".join(map(re.escape, words)), re.IGNORECASE)
+        self.wanted = re.compile(r"\s+".join(map(re.escape, words)), re.IGNORECASE)
+        return self.wanted
 
     def feed(self, line: str) -> list[Sample]:
-        pairs, step = printed_values(line)
+        # Reading one name, the rest of a line after its value matters only for a step.
+        ends = [found.end() for found in self.wanted.finditer(line)] if self.wanted else []
+        pairs, step = printed_values(line, after=ends[-1] if ends else None)
         return [Sample(name, value, step) for name, value in pairs]
 
 
-def printed_values(line: str) -> tuple[list[tuple[str, float]], int | None]:
+def printed_values(line: str, after: int | None = None) -> tuple[list[tuple[str, float]], int | None]:
     """(name as printed, value) for every named number in `line`, in order, and the line's step:
     the first `step`-like name's whole number. A step written bare (`step 200`) is only the step;
-    written `step: 200` or `step=200` it is also a value named `step`."""
+    written `step: 200` or `step=200` it is also a value named `step`. With `after`, the values
+    past that position are left out when no step name can follow (a shortcut, same answer for
+    every name that ends before `after`)."""
     step = None
     pairs = []
-    for name, value, separated in _named_numbers(line):
+    for name, value, separated in _named_numbers(line, after):
         if _is_step(name):
             if step is None and value.is_integer():
                 step = int(value)
@@ -150,8 +158,12 @@ def printed_values(line: str) -> tuple[list[tuple[str, float]], int | None]:
     return pairs, step
 
 
-def _named_numbers(line: str) -> list[tuple[str, float, bool]]:
-    """(name, value, whether `:` or `=` stood between them) for every named number in `line`."""
+_STEP_WORD = re.compile(r"step|iter|\bit\b", re.IGNORECASE)  # in every name _is_step accepts
+
+
+def _named_numbers(line: str, after: int | None = None) -> list[tuple[str, float, bool]]:
+    """(name, value, whether `:` or `=` stood between them) for every named number in `line`;
+    with `after`, stops at the first value past it unless a step name may follow."""
     if "(" in line and ("np." in line or "tensor(" in line):
         line = _WRAPPED.sub(r"\1", line)
     averages = "(" in line and not line.lstrip().startswith("*")  # timm's ` * Acc@1 79.1 (20.9)`: an error
@@ -193,7 +205,15 @@ def _named_numbers(line: str) -> list[tuple[str, float, bool]]:
             start = skip_to = average.end()
         named, fraction_of = len(found), None
         found.append((name, value, separated))
+        if after is not None and begin >= after and not _more_to_read(line, start):
+            break
     return found
+
+
+def _more_to_read(line: str, start: int) -> bool:
+    """Whether the rest of the line may still change what came before: a step name, or the
+    `/10042 = 0.2495` that makes `HellaSwag: 2506` a ratio."""
+    return line[start : start + 32].lstrip().startswith("/") or _STEP_WORD.search(line, start) is not None
 
 
 @functools.lru_cache(maxsize=16384)  # a log repeats the same few dozen names millions of times
