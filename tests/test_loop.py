@@ -108,7 +108,7 @@ def test_queue_policy_runs_set_and_patch_and_records_rejections_as_crashes(repo:
     ]
     assert table[1].metric_value == pytest.approx(1.132) and table[2].metric_value == pytest.approx(1.2)
     assert table[2].parent_commit == table[0].commit
-    assert "no top-level constant DROPOUT" in table[3].description
+    assert "train.py has no knob DROPOUT" in table[3].description
     assert "prepare.py is frozen" in table[4].description
     assert "exit code 1" in table[5].description and "WIDTH must be even" in table[5].description
     assert git(repo, "show", f"{table[2].commit}:prepare.py") == "DATA = 'frozen'"
