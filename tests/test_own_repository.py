@@ -158,3 +158,21 @@ def test_command_line_knobs_are_written_into_the_command_and_reproduced_by_a_rer
     rerun = rows_of(repo)[-1]
     assert rerun.rerun_of == "2" and rerun.command == rows[2].command
     assert rerun.metric_value == rows[2].metric_value
+
+
+def test_the_live_reader_follows_a_name_as_printed_under_the_default_preset(tmp_path: Path):
+    """The watcher's curve and early stopping read what the judge reads: `val loss` under the
+    campaign's default karpathy preset, as the lines arrive."""
+    from autoresearch_skills.sources.reading import follow
+
+    log = tmp_path / "run.log"
+    log.write_text("step 0: train loss 4.1000, val loss 4.2000\n")
+    follower = follow(
+        None, workdir=tmp_path, log_path=log, metric="val loss", preset="karpathy", started_at=None
+    )
+    assert [(s.value, s.step) for s in follower.poll()] == [(4.2, 0)]
+    with log.open("a") as f:
+        f.write(
+            "iter 50: loss 3.3000, time 7.05ms, mfu 0.02%\nstep 100: train loss 3.1000, val loss 3.2000\n"
+        )
+    assert [(s.value, s.step) for s in follower.poll()] == [(3.2, 100)]

@@ -412,10 +412,42 @@ class LogFollower(TextFollower):
             self.description = f"log {path.name} pattern {pattern}"
         else:
             chosen = metrics.resolve_preset(preset)
-            super().__init__(path, metric, chosen.parser, metrics.name_matcher(metric), mode, None)
+            matches = metrics.name_matcher(metric)
+            parser = chosen.parser
+            if chosen.parser is not metrics.GenericParser and metric != chosen.default_metric:
+                parser = lambda: _AlsoPrinted(chosen.parser(), matches)  # noqa: E731
+            super().__init__(path, metric, parser, matches, mode, None)
             self.description = f"log {path.name} preset {chosen.name} key {metric}"
         self.preset = preset
         self.pattern = pattern
+
+
+class _AlsoPrinted:
+    """A preset's parser that also reads the wanted name as the log prints it, line by line: what
+    `metrics.extract` falls back to for a finished log (karpathy with `metric: val loss`), for a
+    reader that follows the log while it grows (the watcher's curve, early stopping)."""
+
+    def __init__(self, inner, matches: Callable[[str], bool]) -> None:
+        from autoresearch_skills import metrics
+
+        self.inner, self.matches = inner, matches
+        self.printed = metrics.GenericParser()
+
+    @property
+    def resolved(self) -> bool:
+        return self.inner.resolved
+
+    def needle(self, metric: str) -> None:
+        return None  # either reader may find it: no line is skipped
+
+    def context(self, line: str) -> None:
+        self.inner.context(line)
+
+    def feed(self, line: str) -> list[Sample]:
+        samples = self.inner.feed(line)
+        if not any(self.matches(s.name) for s in samples):
+            samples = samples + [s for s in self.printed.feed(line) if self.matches(s.name)]
+        return samples
 
 
 class JsonlFollower(TextFollower):
