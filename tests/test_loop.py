@@ -254,8 +254,12 @@ def test_sigint_with_cancel_records_the_run_and_exits_cleanly(repo: Path):
     wait_for_running(repo, "lr-0")
     loop.send_signal(signal.SIGINT)
     out, err = loop.communicate(timeout=60)
-    assert loop.returncode == 0, err
+    assert loop.returncode == 130, err
     assert "stopped on interrupt" in out
+    assert (
+        "interrupted (SIGINT): nothing keeps running; the runs in flight were cancelled and recorded (#1 lr-0)"
+        in err
+    )
     table = rows(repo)
     assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "cancelled")]
     assert no_training_processes(repo)

@@ -4,6 +4,10 @@ Appends are one `write()` of a whole line under an exclusive `flock`, then fsync
 processes (a swarm) may append at once without losing or interleaving rows. A crash
 mid-write leaves a torn last line: readers ignore it, the next writer moves it aside to
 `<ledger>.torn` (nothing is lost) before appending. No complete row is ever rewritten.
+
+A full disk (or an exceeded quota, a read-only file system) may accept part of a row and
+refuse the rest: the file is cut back to its length before the row, under the same lock, and
+`errors.Refused` says which row was not written and which are intact (exit code 4).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import click
 if not __package__:  # run as `python tools/ledger.py` from a checkout with nothing installed
     import _checkout  # noqa: F401
 
+from autoresearch_skills.atomicfile import write_all_or_nothing, write_text_atomic
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.clock import now_iso, parse_iso
-from autoresearch_skills.errors import BadInput, run_cli
+from autoresearch_skills.errors import BadInput, Refused, is_refusal, run_cli
 
 # The first 15 are NeMo-RL's auto-research schema, so its readers keep working.
 NEMO_RL_COLUMNS = (
@@ -222,12 +227,20 @@ def init(path: str | Path) -> bool:
         if first:
             _header_columns(first.decode("utf-8", errors="replace"), path)
             return False
-        _write_all(handle, ("\t".join(COLUMNS) + "\n").encode())
+        try:
+            _write_all(handle, ("\t".join(COLUMNS) + "\n").encode())
+        except OSError as err:
+            if is_refusal(err):
+                raise Refused(path, err, "the ledger is empty, its header was not written") from None
+            raise
         return True
 
 
 def append(path: str | Path, row: Row | dict) -> Row:
-    """Append one row atomically; assigns `index` (attempt count) when it is -1. Returns the row."""
+    """Append one row atomically; assigns `index` (attempt count) when it is -1. Returns the row.
+
+    A refused write (disk full, quota, read-only) raises `Refused` with the ledger as it was:
+    `results.tsv: the disk is full (...); the row of #7 was not written, rows #0-#6 are intact`."""
     path = Path(path)
     row = row if isinstance(row, Row) else make_row(row)
     row = make_row(row.to_dict())  # validate before anything touches the file
@@ -236,17 +249,35 @@ def append(path: str | Path, row: Row | dict) -> Row:
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path) as handle:
         data = handle.read()
-        if not data:
-            columns = COLUMNS
-            _write_all(handle, ("\t".join(COLUMNS) + "\n").encode())
-        else:
-            columns = _header_columns(data.split(b"\n", 1)[0].decode("utf-8", errors="replace"), path)
-            if not data.endswith(b"\n"):
-                data = _repair_tail(handle, path, data, columns)
-        if row.index < 0:
-            row.index = _count_rows(data)
-        _write_all(handle, row.to_line(columns).encode())
+        try:
+            if not data:
+                columns = COLUMNS
+                data = ("\t".join(COLUMNS) + "\n").encode()
+                _write_all(handle, data)
+            else:
+                columns = _header_columns(data.split(b"\n", 1)[0].decode("utf-8", errors="replace"), path)
+                if not data.endswith(b"\n"):
+                    data = _repair_tail(handle, path, data, columns)
+            if row.index < 0:
+                row.index = _count_rows(data)
+            _write_all(handle, row.to_line(columns).encode())
+        except OSError as err:
+            if is_refusal(err):
+                raise Refused(
+                    path, err, _kept(row.index, _count_rows(data) if data.endswith(b"\n") else 0)
+                ) from None
+            raise
     return row
+
+
+def _kept(index: int, count: int) -> str:
+    """What a refused append kept, in words."""
+    which = f"the row of #{index}" if index >= 0 else "the new row"
+    if count == 0:
+        return f"{which} was not written, the ledger has no rows yet"
+    if count == 1:
+        return f"{which} was not written, row #0 is intact"
+    return f"{which} was not written, rows #0-#{count - 1} are intact"
 
 
 def _count_rows(data: bytes) -> int:
@@ -263,8 +294,11 @@ def _repair_tail(handle, path: Path, data: bytes, columns: tuple[str, ...]) -> b
     try:
         _parse_line(tail.decode("utf-8", errors="replace"), columns, path, head.count(b"\n") + 2)
     except LedgerError:
-        with open(str(path) + ".torn", "ab") as torn:
-            torn.write(tail + b"\n")
+        torn = os.open(str(path) + ".torn", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            write_all_or_nothing(torn, tail + b"\n")
+        finally:
+            os.close(torn)
         handle.truncate(len(head) + 1)
         return head + b"\n"
     _write_all(handle, b"\n")
@@ -288,10 +322,17 @@ class _locked:
 
 
 def _write_all(handle, data: bytes) -> None:
-    handle.seek(0, os.SEEK_END)
-    handle.write(data)  # one write of whole lines; O_APPEND keeps it at the end
-    handle.flush()
-    os.fsync(handle.fileno())
+    """Append `data` (whole lines) and make it durable, or leave the file as it was: a full disk
+    that took part of it gets the file cut back, so no torn line is left for the next reader."""
+    fd = handle.fileno()
+    size = os.fstat(fd).st_size
+    write_all_or_nothing(fd, data)  # unbuffered, O_APPEND: one write of whole lines at the end
+    try:
+        os.fsync(fd)  # some file systems report a full disk only here
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
 
 
 def best(rows: Iterable[Row], direction: str = "min") -> noise.Best | None:
@@ -493,9 +534,7 @@ def export_cmd(path: Path, fmt: str, output: Path | None) -> None:
     """
     text = export(read(path), fmt)
     if output:
-        tmp = output.with_name(output.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, output)
+        write_text_atomic(output, text)
     else:
         click.echo(text, nl=False)
 

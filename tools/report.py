@@ -24,6 +24,7 @@ import base64
 import html
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,7 +34,7 @@ import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign import noise
-from autoresearch_skills.errors import run_cli
+from autoresearch_skills.errors import Refused, is_refusal, run_cli
 
 COLOURS = {
     "keep": "#2e9d48",
@@ -302,9 +303,7 @@ def progress_chart(rows: list, metric: str, direction: str, path: Path, title: s
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    _save_figure(fig, path)
     return path
 
 
@@ -406,9 +405,7 @@ def timeline_chart(rows: list, path: Path, title: str) -> Path:
     ax.set_title(title + (f" ({untimed} without times, not shown)" if untimed else ""))
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    _save_figure(fig, path)
     return path
 
 
@@ -694,6 +691,25 @@ def render_html(markdown_text: str, images: list[Path]) -> str:
         "img{max-width:100%}"
     )
     return f"<!doctype html><html><head><meta charset='utf-8'><title>report</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+
+
+def _save_figure(fig, path: Path) -> None:
+    """Save a chart whole or not at all: a full disk leaves the previous chart, never half a PNG."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")  # the suffix picks the format
+    try:
+        fig.savefig(tmp)
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if is_refusal(err):
+            kept = "the previous chart is intact" if path.exists() else "no chart was written"
+            raise Refused(path, err, kept) from None
+        raise
+    finally:
+        plt.close(fig)
 
 
 def write_report(campaign, out_dir: Path | None = None, trace: bool = False) -> dict[str, Path]:

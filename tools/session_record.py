@@ -9,7 +9,9 @@ campaign engine writes timeline entries here (`note_event`, `close_subtask`).
                                files.md          Inspected, Changed, Generated
                                handoff.md        Resume From Here, Next Actions, Watch Outs
 
-The state file is rewritten whole (atomic replace); the timeline is only appended to.
+The state file is rewritten whole (atomic replace); the timeline is only appended to, one
+whole entry per write. A full disk leaves every file as it was (`errors.Refused`, exit code 4):
+no half-written entry, no half-created record folder.
 
 The Current Subtask is open (its text) or closed (`- [x] text`). It closes when the campaign
 ends (the engine calls `close_subtask`), when a checkpoint ticks the last open plan item, or by
@@ -21,11 +23,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from autoresearch_skills.atomicfile import write_text_atomic
+from autoresearch_skills.atomicfile import append_text, write_text_atomic
 from autoresearch_skills.clock import now_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.gitflow import ignore_folder
@@ -172,9 +175,7 @@ class Session:
 
     def log(self, text: str) -> None:
         """Append one timeline entry (append-only; one write per entry)."""
-        entry = f"- {now_iso()} {' '.join(text.split())}\n"
-        with open(self.folder / "timeline.md", "a", encoding="utf-8") as handle:
-            handle.write(entry)
+        append_text(self.folder / "timeline.md", f"- {now_iso()} {' '.join(text.split())}\n")
 
     def timeline(self) -> list[str]:
         return [
@@ -244,13 +245,18 @@ def create(
     folder.mkdir(parents=True)
     session = Session(folder)
     started = now_iso()
-    session.save(
-        SessionState(stamp, repo, branch, started, started, goal=goal, loaded_skills=list(skills or []))
-    )
-    (folder / "timeline.md").write_text("# Timeline\n\n")
-    (folder / "files.md").write_text("# Files\n\n## Inspected\n\n## Changed\n\n## Generated\n")
-    session.handoff("", [], [])
-    session.log(f"session started: {goal}")
+    try:
+        session.save(
+            SessionState(stamp, repo, branch, started, started, goal=goal, loaded_skills=list(skills or []))
+        )
+        write_text_atomic(folder / "timeline.md", "# Timeline\n\n")
+        write_text_atomic(folder / "files.md", "# Files\n\n## Inspected\n\n## Changed\n\n## Generated\n")
+        session.handoff("", [], [])
+        session.log(f"session started: {goal}")
+    except OSError:
+        # A record missing some of its files would be taken for the newest one by `resume`.
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     return session
 
 

@@ -4,7 +4,9 @@
     ars wait SESSION SECONDS ...
 
 Exit codes (the seed skill's contract): 0 = SECONDS passed and the command still runs;
-1 = the command ended (`exit_status: N` when known) or the session is gone; 2 = bad input.
+1 = the command ended (`exit_status: N` when known) or the session is gone; 2 = bad input;
+130/143/129 = SIGINT/SIGTERM/SIGHUP ended the wait: the command keeps running (the waiter never
+stops it) and stderr says how to wait again.
 
 Sessions started by `ars run --launcher tmux` carry `@ars_channel` and `@ars_exit_file`:
 the waiter blocks in `tmux wait-for CHANNEL`, which the run's supervisor signals as it ends
@@ -37,6 +39,7 @@ import contextlib
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -50,7 +53,15 @@ import click
 if not __package__:  # run as `python tools/tmux_wait.py` from a checkout with nothing installed
     import _checkout  # noqa: F401
 
-from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
+from autoresearch_skills.errors import (
+    EXIT_NEGATIVE,
+    EXIT_OK,
+    BadInput,
+    Interrupted,
+    Stopped,
+    run_cli,
+    signal_name,
+)
 from autoresearch_skills.launch.proctree import alive, children, read_proc, wait_for_exit
 from autoresearch_skills.launch.tmuxcmd import Tmux, read_exit_file, session_target
 
@@ -500,16 +511,25 @@ def cli(
         raise BadInput(f"--recheck must be positive, got {recheck:g}")
     if sentinel is not None and not sentinel.strip():
         raise BadInput("--sentinel needs a non-empty TOKEN, e.g. --sentinel DONE_lr3")
-    if _is_run_file(session):
-        if sentinel:
-            raise BadInput("--sentinel reads a tmux pane; SESSION here is a run file")
-        result = wait_run_file(session, limit)
-    elif shutil.which("tmux") is None:
+    is_run = _is_run_file(session)
+    if is_run and sentinel:
+        raise BadInput("--sentinel reads a tmux pane; SESSION here is a run file")
+    if not is_run and shutil.which("tmux") is None:
         raise BadInput(
             "tmux is not installed here: install it, or pass a run's log path instead of a session"
         )
-    else:
-        result = wait_session(session, limit, socket_name, socket_path, recheck, sentinel)
+    try:
+        if is_run:
+            result = wait_run_file(session, limit)
+        else:
+            result = wait_session(session, limit, socket_name, socket_path, recheck, sentinel)
+    except Interrupted as stop:  # the waiter only watches: what it waited on goes on
+        what = f"the run {session}" if is_run else f"the command in tmux session {session}"
+        again = " ".join(["ars wait", shlex.quote(session), "SECONDS", *(["-L", socket_name] if socket_name else []), *(["-S", socket_path] if socket_path else [])])  # fmt: skip
+        raise Stopped(
+            stop.signum,
+            [f"interrupted ({signal_name(stop.signum)}): {what} keeps running", f"wait again with `{again}`"],
+        ) from None
     print_result(result, as_json)
     code = EXIT_OK if result.running else EXIT_NEGATIVE
     if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:

@@ -2,12 +2,17 @@
 
 Exit codes, everywhere: 0 done (a row was written, whatever its status; or still running after
 `wait --for`), 1 a clean "no" (a stop condition is met and nothing started; `wait`: a run ended),
-2 bad input.
+2 bad input, 4 the machine refused a write (disk full, quota, read-only: one line names the file
+and what was kept; the same command goes on once there is room), 130/143/129 a signal ended the
+wait (SIGINT/SIGTERM/SIGHUP): the runs keep running, detached, and `ars exp wait` records them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+from collections.abc import Iterator
 from dataclasses import asdict
 
 import click
@@ -20,7 +25,7 @@ from autoresearch_skills.campaign.status import in_flight_facts
 from autoresearch_skills.campaign.store import Campaign, find
 from autoresearch_skills.campaign.watch import Watchers
 from autoresearch_skills.clock import format_duration, parse_duration
-from autoresearch_skills.errors import BadInput, run_cli
+from autoresearch_skills.errors import BadInput, Interrupted, Stopped, run_cli, signal_name
 
 campaign_option = click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
 
@@ -147,6 +152,50 @@ def _announce(record: Experiment) -> None:
     click.echo(f"timeout: {format_duration(record.timeout)}", err=True)
 
 
+@contextlib.contextmanager
+def _runs_go_on(ref: str | None) -> Iterator[None]:
+    """A signal while a command waits: say which runs keep running (they are detached: a local
+    supervisor, a tmux session, a Slurm job) and how to record them; exit 128 + N."""
+    try:
+        yield
+    except Interrupted as stop:
+        raise Stopped(stop.signum, _still_running(ref, stop.signum)) from None
+
+
+def _still_running(ref: str | None, signum: int) -> list[str]:
+    name = signal_name(signum)
+    try:
+        launched = settled_state(find(ref)).launched
+    except (BadInput, OSError):
+        launched = []
+    if not launched:
+        return [
+            f"interrupted ({name}): nothing is running",
+            "`ars campaign status` shows where the campaign stands",
+        ]
+    listed = ", ".join(
+        f"{e.key} ({e.run.launcher} {e.run.run_id})" if e.run else f"{e.key} ({e.phase})" for e in launched
+    )
+    return [
+        f"interrupted ({name}): {len(launched)} experiment(s) keep going, nothing was cancelled: {listed}",
+        "`ars exp wait` records their rows; `ars exp cancel SLUG` stops one",
+    ]
+
+
+def _waits(command):
+    """For a command that waits on runs: a signal ends it with 128 + N and `_still_running`."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        campaign = (
+            kwargs["campaign_ref"] if "campaign_ref" in kwargs else kwargs.get("ref")
+        )  # rerun's REF is a row
+        with _runs_go_on(campaign):
+            return command(*args, **kwargs)
+
+    return wrapper
+
+
 def _run_until_ended(campaign: Campaign, key: str, timeout, as_json: bool, again: bool = False) -> list:
     record = experiment.request_run(campaign, key, timeout=timeout)
     if not as_json and not again:
@@ -213,6 +262,7 @@ def cli() -> None:
 @click.option("--no-run", is_flag=True, help="only create the branch")
 @click.option("--detach", is_flag=True, help="launch and return at once; `ars exp wait` reports the row")
 @click.option("--json", "as_json", is_flag=True)
+@_waits
 def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
     """Create <prefix>/baseline (empty commit "baseline: record starting point") and run it.
 
@@ -314,6 +364,7 @@ def commit_cmd(slug, message, ref) -> None:
 @click.option("--detach", is_flag=True, help="launch (or queue for a free slot) and return at once")
 @campaign_option
 @click.option("--json", "as_json", is_flag=True)
+@_waits
 def run_cmd(slug, timeout, force, detach, ref, as_json) -> None:
     """Run an experiment under its timeout, read the metric, write its ledger row.
 
@@ -341,6 +392,7 @@ def run_cmd(slug, timeout, force, detach, ref, as_json) -> None:
 @click.option("--detach", is_flag=True, help="launch (or queue) and return at once; `ars exp wait` reports")
 @click.option("--campaign", "campaign_ref", help="campaign name or folder (default: the current one)")
 @click.option("--json", "as_json", is_flag=True)
+@_waits
 def rerun_cmd(ref, times, timeout, detach, campaign_ref, as_json) -> None:
     """Run a recorded commit again, unchanged: each run a new row on the same branch, marked as a
     rerun of the original row, so the runs of one commit pool into a mean and a noise estimate.
@@ -421,6 +473,7 @@ def retry_cmd(ref, campaign_ref, as_json) -> None:
 @click.option("--for", "seconds", default="9m", show_default=True, help="return after this long at most")
 @campaign_option
 @click.option("--json", "as_json", is_flag=True)
+@_waits
 def wait_cmd(slug, seconds, ref, as_json) -> None:
     """Wait until a run (any, or SLUG's) ends; print its row and the verdict.
 

@@ -8,11 +8,23 @@ Order of durable steps per attempt (each one is what makes the next resumable):
     record) -> ledger row -> the experiment leaves state.json
 With a stop condition met, nothing new starts and the runs in flight finish (a run never gets
 more time than the deadline leaves: it is cancelled there, with the reason in its row).
+
+Signals (SIGINT, SIGTERM, SIGHUP: Ctrl-C, a kill or Slurm, a closed terminal): nothing new
+starts; with `--on-interrupt wait` the runs in flight finish and are recorded, with `cancel`
+they are cancelled and recorded; then the loop exits with 128 + N (130, 143, 129) and says on
+stderr what keeps running and how to go on. A second signal stops the waiting at once: the runs
+in flight keep running (they are detached) and `ars campaign resume` adopts and records them.
+
+A refused write (disk full, quota, read-only file system) stops the loop with exit code 4 and
+one line: the file, what was kept, the runs that keep running (resume adopts them), and
+`ars campaign resume` once there is room. Every durable step is whole or absent, so resume
+goes on from the last one without losing or repeating a row.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -33,7 +45,15 @@ from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.store import Campaign, create, find, load
 from autoresearch_skills.campaign.watch import Watchers
 from autoresearch_skills.clock import format_duration, now, parse_iso
-from autoresearch_skills.errors import BadInput
+from autoresearch_skills.errors import (
+    STOP_SIGNALS,
+    BadInput,
+    Refused,
+    is_refusal,
+    refusal_in_text,
+    signal_exit_code,
+    signal_name,
+)
 from autoresearch_skills.yamlfile import read_yaml
 
 POLL = 1.0  # seconds between status lines while runs are in flight
@@ -67,24 +87,45 @@ class Reporter:
 
 
 class Interrupts:
-    """SIGINT/SIGTERM: stop starting runs; `cancel` also cancels the one in flight."""
+    """SIGINT/SIGTERM/SIGHUP: stop starting runs; `cancel` also cancels the ones in flight. A
+    second signal: stop waiting, leave the runs in flight running. The handlers only note the
+    signal: the loop acts on it between its durable steps. A signal ignored by whoever started
+    us stays ignored (`nohup` ignores SIGHUP)."""
 
     def __init__(self, mode: str):
         self.mode = mode
         self.requested = False
+        self.signum: int | None = None  # the first signal
+        self.forced = False  # a second one
         self._previous = {}
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame) -> None:
-        self.requested = True
+        if self.requested:
+            self.forced = True
+            return
+        self.requested, self.signum = True, signum
+
+    @property
+    def exit_code(self) -> int:
+        return signal_exit_code(self.signum or signal.SIGINT)
+
+    @property
+    def name(self) -> str:
+        return signal_name(self.signum or signal.SIGINT)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+class LeaveRunning(Exception):
+    """A second signal: stop waiting now; the runs in flight go on without the loop."""
 
 
 # ---------------------------------------------------------------- campaign file
@@ -169,6 +210,8 @@ class Loop:
         self.latest: dict[str, str] = {}
         self.last_metric_read = 0.0
         self.paused_said = False
+        self.interrupt_said = False
+        self.recorded_after_interrupt: list[str] = []
         self.watchers = Watchers(campaign, say=lambda line: self.out.event("watch", line))
 
     def run(self) -> int:
@@ -178,25 +221,28 @@ class Loop:
             f"campaign: {s.name} ({s.metric}, {s.direction}) in {self.campaign.folder}; {self.pool.describe()}",
         )
         self.out.event("watch", s.watch_policy().describe())
-        self.resume_in_flight()
-        if (
-            not self.campaign.rows()
-            and not self.in_flight()
-            and not self.interrupts.requested
-            and self.go_on()
-        ):
-            self.out.event("start", "baseline: recording the starting point")
-            record = experiment.start_baseline(self.campaign)
-            self.launch(record.key)
-            self.wait_for({record.key})  # every proposal branches from a measured starting point
-        in_flight = {e.slug for e in self.in_flight()}
-        policy = make_policy(s.policy, {Path(r.branch).name for r in self.campaign.rows()} | in_flight)
-        while True:
-            if not self.interrupts.requested and not self.exhausted and self.go_on(quiet=True):
-                self.fill_slots(policy)
-            if not self.campaign.state.read().launched:
-                break
-            self.wait_for(None)
+        try:
+            self.resume_in_flight()
+            if (
+                not self.campaign.rows()
+                and not self.in_flight()
+                and not self.interrupts.requested
+                and self.go_on()
+            ):
+                self.out.event("start", "baseline: recording the starting point")
+                record = experiment.start_baseline(self.campaign)
+                self.launch(record.key)
+                self.wait_for({record.key})  # every proposal branches from a measured starting point
+            in_flight = {e.slug for e in self.in_flight()}
+            policy = make_policy(s.policy, {Path(r.branch).name for r in self.campaign.rows()} | in_flight)
+            while True:
+                if not self.interrupts.requested and not self.exhausted and self.go_on(quiet=True):
+                    self.fill_slots(policy)
+                if not self.campaign.state.read().launched:
+                    break
+                self.wait_for(None)
+        except LeaveRunning:
+            pass
         return self.finish()
 
     def in_flight(self) -> list[Experiment]:
@@ -407,6 +453,21 @@ class Loop:
             self.report_end(item)
 
     def poll(self, running: list[Experiment]) -> None:
+        if self.interrupts.forced:
+            raise LeaveRunning  # between two ticks: every row so far is written
+        if self.interrupts.requested and not self.interrupt_said:
+            self.interrupt_said = True
+            keys = ", ".join(r.key for r in running)
+            then = (
+                "cancelling and recording"
+                if self.interrupts.mode == "cancel"
+                else "waiting for them to end, then recording"
+            )
+            self.out.event(
+                "interrupt",
+                f"{self.interrupts.name}: nothing new starts; {len(running)} run(s) in flight ({keys}): {then} "
+                "them; a second signal leaves them running for `ars campaign resume`",
+            )
         if self.interrupts.requested and self.interrupts.mode == "cancel":
             for record in running:
                 if record.key not in self.cancelled:
@@ -451,6 +512,8 @@ class Loop:
         if row is None:
             self.out.event("result", f"{item.key}: {result.status} (decision pending)")
             return
+        if self.interrupts.requested:
+            self.recorded_after_interrupt.append(f"#{row.index} {item.key}")
         value = f"{result.metric_value:.6f}" if result.metric_value is not None else "none"
         self.out.event(
             "result",
@@ -476,7 +539,52 @@ class Loop:
                 self.out.event("finish", line)
         self.out.event("summary", f"ledger: {self.campaign.ledger}; best so far: {self.best_text()}")
         self.out.event("verdict", verdict.line, should_continue=verdict.should_continue)
-        return 0
+        if not self.interrupts.requested:
+            return 0
+        for line in self.interrupted_lines():
+            click.echo(line, err=True)
+        return self.interrupts.exit_code
+
+    def interrupted_lines(self) -> list[str]:
+        """What a supervisor's log should say after a signal: what keeps running, how to go on."""
+        name, going = self.interrupts.name, self.runs_in_flight()
+        if going:
+            return [
+                f"interrupted ({name}): {going}; nothing new started",
+                "`ars campaign resume` adopts them, records their rows and goes on",
+            ]
+        done = ", ".join(self.recorded_after_interrupt)
+        how = "cancelled and recorded" if self.interrupts.mode == "cancel" else "recorded"
+        return [
+            f"interrupted ({name}): nothing keeps running"
+            + (f"; the runs in flight were {how} ({done})" if done else "")
+            + "; nothing new started",
+            "go on with `ars campaign resume`",
+        ]
+
+    def runs_in_flight(self) -> str:
+        """The attempts that go on without the loop, in words ("" when none)."""
+        state = self.campaign.state.read()
+        running = [f"{e.key} ({e.run.launcher} {e.run.run_id})" for e in state.running]
+        queued = [e.key for e in state.launched if e.phase is Phase.QUEUED]
+        deciding = [e.key for e in state.launched if e.phase is Phase.DECIDE]
+        parts = [f"{len(running)} run(s) keep running: {', '.join(running)}"] if running else []
+        if queued:
+            parts.append(f"queued, not started: {', '.join(queued)}")
+        if deciding:
+            parts.append(f"awaiting a decision: {', '.join(deciding)}")
+        return "; ".join(parts)
+
+    def refused(self, err: OSError) -> Refused:
+        """A refused write as the loop's last line: what was kept, what goes on, then resume."""
+        refusal = Refused.of(err, then="`ars campaign resume`")
+        try:
+            going = self.runs_in_flight()
+        except OSError:
+            going = ""
+        refusal.keeping(going or "no run is in flight")
+        self.out.event("stopped", f"stopped: {refusal.message}")
+        return refusal
 
 
 def run_campaign(campaign: Campaign, on_interrupt: str = "wait", as_json: bool = False) -> int:
@@ -486,7 +594,19 @@ def run_campaign(campaign: Campaign, on_interrupt: str = "wait", as_json: bool =
         )
     campaign.settings.decide = "auto"  # nobody is there to decide by hand
     with Interrupts(on_interrupt) as interrupts:
-        return Loop(campaign, Reporter(as_json), interrupts).run()
+        loop = Loop(campaign, Reporter(as_json), interrupts)
+        try:
+            return loop.run()
+        except OSError as err:
+            if not is_refusal(err):
+                raise
+            raise loop.refused(err) from None
+        except BadInput as err:  # git said it: `fatal: ... No space left on device`
+            found = refusal_in_text(err.message)
+            if found is None:
+                raise
+            said = " ".join(err.message.split())
+            raise loop.refused(Refused("git", OSError(found, os.strerror(found)), said)) from None
 
 
 def resume(ref: str | None, on_interrupt: str = "wait", as_json: bool = False) -> int:

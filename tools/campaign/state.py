@@ -24,7 +24,8 @@ The file (readable JSON; one key per fact):
     updated_at    when it was last written
 
 Reads take no lock: writes replace the file atomically, so a reader sees the old version or the
-new one. A state written by an older release (one `current` experiment, no `key`) is read as a
+new one. A write the machine refuses (disk full, quota, read-only) raises `errors.Refused` and
+leaves the previous state.json as it was: the next command goes on from there. A state written by an older release (one `current` experiment, no `key`) is read as a
 set of one.
 """
 

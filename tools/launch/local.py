@@ -11,6 +11,9 @@ process can then judge the run from the run file and the recorded pids:
   enforces the deadline itself; once nothing of the run is left: lost (exit status unknown).
 
 The tmux launcher reuses all of this with the supervisor as the pane's process.
+
+A full disk (quota, read-only file system) at the start: nothing starts, no run file is left
+behind, and `errors.Refused` names the file (exit code 4 for the command that launched).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 
 from autoresearch_skills.clock import now_iso
-from autoresearch_skills.errors import BadInput
+from autoresearch_skills.errors import BadInput, Refused, is_refusal, refusal_in_text
 from autoresearch_skills.launch.base import (
     FINISHED,
     Run,
@@ -57,7 +60,7 @@ class LocalLauncher:
 
     def start(self, spec: RunSpec) -> Run:
         run = prepare_run(spec, self.name, f"{slug(spec.name, 40)}-{os.urandom(3).hex()}")
-        run.save()
+        save_new(run)
         proc = subprocess.Popen(
             [sys.executable, "-m", SUPERVISOR, "--detach", run.state_path],
             stdin=subprocess.DEVNULL,
@@ -72,6 +75,10 @@ class LocalLauncher:
             out, err = proc.communicate()
         if b"ready" not in out:
             message = err.decode(errors="replace").strip()[-2000:] or "no output"
+            refused = refusal_in_text(message)
+            if refused is not None:  # no room for the supervisor's reserve: the command never ran
+                Path(run.state_path).unlink(missing_ok=True)
+                raise Refused(run.log_path, OSError(refused, os.strerror(refused)), "the run was not started")
             raise RuntimeError(f"the run supervisor did not start: {message}")
         remember(run)
         return run.reload()
@@ -208,6 +215,19 @@ def _refuse_if_running(state_path: Path) -> None:
             f"{state_path} belongs to run {old.run_id}, which is still {state.name}: "
             f"cancel it (`ars cancel {old.log_path}`) or choose another log path"
         )
+
+
+def save_new(run: Run) -> None:
+    """Write a new run's file; refused by the machine, leave no temp file and raise `Refused`."""
+    try:
+        run.save()
+    except OSError as err:
+        path = Path(run.state_path)
+        with contextlib.suppress(OSError):
+            path.with_name(f".{path.name}.tmp{os.getpid()}").unlink()  # Run.save's temp file
+        if is_refusal(err):
+            raise Refused(path, err, "the run was not started") from None
+        raise
 
 
 def record(run: Run, state: State) -> State:

@@ -16,11 +16,24 @@ file and signals the tmux channel when the run has them, and exits with the run'
 
 As a child subreaper (Linux) it inherits every orphan of the tree, so a grandchild that
 double-forked or called setsid is still found and stopped.
+
+A full disk (or an exceeded quota, a read-only file system). Before the command starts, the
+supervisor sets aside a small reserve file beside the run file (`.<log>.reserve`, RESERVE_BYTES):
+when the disk fills during the run, it frees the reserve to record how the run ended, so the
+run never looks "lost" (which would start it once more) only because its end could not be
+written. When the log could not be written (the disk still full as the command ends, or the
+supervisor's own line refused), the log's last line says so, `[ars] error: the log could not
+be written: ...`, and that becomes the reason in the run's row; a command that exited 0 into
+such a log ends with status 74 (EX_IOERR): its output, the metric included, may be cut short,
+so it is a crash with that reason, never a result. No space for the reserve at the start: the
+command is not started (status 74, the refusal on stderr for the launcher).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import os
 import select
@@ -39,6 +52,9 @@ from autoresearch_skills.launch.tmuxcmd import reap_after_exit
 ECHO_EVERY = 0.25  # seconds between copies of new log bytes into the tmux pane
 ECHO_MAX = 1 << 20  # the pane is a view: when it falls further behind, skip ahead (the log has it all)
 REAP_AFTER_KILL = 5.0  # a process stuck in the kernel (D state) may outlive SIGKILL for a while
+RESERVE_BYTES = 64 << 10  # set aside at the start: room for the run file and the last log line on a full disk
+EX_IOERR = 74  # sysexits.h: the command's output could not be written
+REFUSED = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded", errno.EROFS: "the file system is read-only"}  # fmt: skip
 
 STOP_REASONS = {
     "SIGTERM": "SIGTERM (`ars cancel` or a kill)",
@@ -64,6 +80,8 @@ class Supervisor:
         self.log_fd = -1
         self.echo_file = None
         self.subreaper = False
+        self.reserve: Path | None = None  # freed when the disk is full and the end must be recorded
+        self.log_refused: OSError | None = None  # a write to the log the machine refused
         self.wake_r, self.wake_w = os.pipe()
 
     # -- set-up -----------------------------------------------------------------
@@ -103,6 +121,13 @@ class Supervisor:
         self._install_signals()
         self.subreaper = _become_subreaper()
         run = self.run
+        try:
+            self.reserve = _set_aside(Path(run.state_path))
+        except OSError as err:
+            if err.errno not in REFUSED:
+                raise
+            sys.stderr.write(f"cannot start the command: {err.filename}: {err.strerror}\n")
+            return EX_IOERR
         self.log_fd = os.open(run.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         if self.echo:
             self.echo_file = open(run.log_path, "rb")  # noqa: SIM115 (read along for the whole run)
@@ -151,7 +176,7 @@ class Supervisor:
         run.started_at = now_iso()
         run.deadline = now + run.timeout if run.timeout else None
         run.state = "running"
-        run.save()
+        self._durably(run.save)
         if self.detach:  # tell the launcher we run, then let go of its pipe
             os.write(1, b"ready\n")
             devnull = os.open(os.devnull, os.O_RDWR)
@@ -211,14 +236,14 @@ class Supervisor:
     def _finish(self, state: State) -> int:
         run = self.run
         self._copy_to_pane()
+        state = self._judge_log(state)
         status = state.exit_code if state.exit_code is not None else state.shell_status
         exit_file = run.extra.get("exit_file")
         if exit_file:  # "STATUS STATE": what `tmux_wait.py` reads without parsing JSON
-            tmp = Path(exit_file).with_name(f".{Path(exit_file).name}.tmp{os.getpid()}")
-            tmp.write_text(f"{status} {state.name}\n")
-            os.replace(tmp, exit_file)
+            self._durably(lambda: _replace(Path(exit_file), f"{status} {state.name}\n"))
         run.end(state)  # the run file last: whoever sees it final finds the exit file written too
-        run.save()
+        self._durably(run.save)
+        self._release_reserve()
         channel = run.extra.get("channel")
         if channel:
             socket = run.extra.get("tmux_socket")
@@ -238,10 +263,53 @@ class Supervisor:
 
     # -- output -----------------------------------------------------------------
 
+    # -- a full disk --------------------------------------------------------------
+
+    def _judge_log(self, state: State) -> State:
+        """The run as it ended, with a log the machine refused to write said in its last line
+        (the reason its row gives) and in its state; exit 0 into such a log becomes EX_IOERR."""
+        refused = self.log_refused or _disk_full(self.log_fd, self.run.log_path)
+        if refused is None:
+            return state
+        self._release_reserve()  # room for the line below and the run file
+        what = REFUSED.get(refused.errno or 0, "the write failed")
+        said = f"the log could not be written: {what} ({refused.strerror}) as the run ended; its output, the metric included, may be cut short"  # fmt: skip
+        self._note(f"error: {said}")
+        if state.name != "exited":
+            return State(state.name, state.exit_code, f"{state.detail}; {said}" if state.detail else said)
+        code = EX_IOERR if state.exit_code == 0 else state.exit_code
+        return State("exited", code, f"exit code {state.exit_code}; {said}")
+
+    def _durably(self, write) -> None:
+        """`write()`; refused for want of space, once more after freeing the reserve."""
+        try:
+            write()
+        except OSError as err:
+            if err.errno not in REFUSED or self.reserve is None:
+                raise
+            self._release_reserve()
+            _remove_temp(self.run)
+            write()
+
+    def _release_reserve(self) -> None:
+        if self.reserve is not None:
+            with contextlib.suppress(OSError):
+                self.reserve.unlink()
+            self.reserve = None
+
+    # -- output -----------------------------------------------------------------
+
     def _note(self, text: str) -> None:
-        """A line in the log, so whoever reads its tail sees why the run stopped."""
-        if self.log_fd >= 0:
+        """A line in the log, so whoever reads its tail sees why the run stopped. A write the
+        machine refuses is remembered (the run's end says so), never raised: the run goes on."""
+        if self.log_fd < 0:
+            return
+        try:
             os.write(self.log_fd, f"\n[ars] {text}\n".encode())
+        except OSError as err:
+            if err.errno not in REFUSED:
+                raise
+            self.log_refused = self.log_refused or err
 
     def _pane(self, text: str) -> None:
         if not self.echo:
@@ -270,6 +338,59 @@ class Supervisor:
                 sys.stdout.buffer.flush()
         except OSError:
             self.echo = False
+
+
+def _set_aside(run_file: Path) -> Path:
+    """The reserve beside the run file: RESERVE_BYTES that a full disk gives back to record the end."""
+    reserve = run_file.with_name(f".{run_file.name}.reserve")
+    fd = os.open(reserve, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)  # blocks held for real, not a sparse promise
+    except OSError as err:
+        os.close(fd)
+        reserve.unlink(missing_ok=True)
+        if err.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without fallocate
+            return _set_aside_by_writing(reserve)
+        raise OSError(err.errno, err.strerror, str(reserve)) from None
+    os.close(fd)
+    return reserve
+
+
+def _set_aside_by_writing(reserve: Path) -> Path:
+    try:
+        reserve.write_bytes(b"\0" * RESERVE_BYTES)
+    except OSError as err:
+        reserve.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(reserve)) from None
+    return reserve
+
+
+def _disk_full(log_fd: int, log_path: str) -> OSError | None:
+    """ENOSPC when the log's file system has no block left for an ordinary write, else None."""
+    try:
+        stats = os.fstatvfs(log_fd)
+    except OSError:
+        return None
+    if stats.f_blocks and stats.f_bavail == 0:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), log_path)
+    return None
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _remove_temp(run: Run) -> None:
+    """The temp file a refused `Run.save` left (its name is Run.save's)."""
+    path = Path(run.state_path)
+    with contextlib.suppress(OSError):
+        path.with_name(f".{path.name}.tmp{os.getpid()}").unlink()
 
 
 def _tmux_vars(environ: os._Environ | dict) -> dict[str, str]:
