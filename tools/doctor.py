@@ -2,6 +2,10 @@
 
 GPUs come from `nvidia-smi` when it is on PATH and from `torch.cuda` when torch imports;
 a machine without either says `gpus: none (...)` with the reason. Nothing is guessed.
+
+Run inside a repository whose current campaign uses tmux, it also says whether the tmux server
+on the campaign's socket runs (`tmux_server: -L research not running (campaign lr: 1 run in
+flight had its session there)`): a server that died takes every run's session with it.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Report:
     gpus: list[Gpu]
     gpu_note: str  # where the GPU list came from, or why it is empty
     notes: list[str] = field(default_factory=list)
+    tmux_server: str | None = None  # the current campaign's tmux server, when it uses tmux
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,6 +69,7 @@ class Report:
             f"memory: {_gib(self.memory_gib)}",
             f"disk_free: {self.disk_free_gib:.1f} GiB of {self.disk_total_gib:.1f} GiB at {self.disk_path}",
             f"tmux: {self.tmux or 'none (tmux not found)'}",
+            *([f"tmux_server: {self.tmux_server}"] if self.tmux_server else []),
             f"git: {self.git or 'none (git not found)'}",
             f"slurm: {self.slurm or 'none (sbatch not found)'}",
             f"torch: {self.torch or 'none (not importable)'}",
@@ -131,6 +137,35 @@ def _gib(value: float | None) -> str:
     return f"{value:.1f} GiB" if value is not None else "unknown"
 
 
+def campaign_tmux_server(cwd: str | Path = ".") -> str | None:
+    """Whether the tmux server of the current campaign (found from `cwd`) runs, in one line;
+    None when there is no campaign here or it does not launch with tmux."""
+    from autoresearch_skills.campaign.status import ended_unrecorded
+    from autoresearch_skills.campaign.store import find
+    from autoresearch_skills.errors import BadInput
+    from autoresearch_skills.launch.tmux import describe_socket
+    from autoresearch_skills.launch.tmuxcmd import Tmux
+
+    try:
+        campaign = find(None, cwd=cwd)
+    except (BadInput, OSError, ValueError):
+        return None
+    s = campaign.settings
+    if s.launcher != "tmux" or shutil.which("tmux") is None:
+        return None
+    runs = [e.run for e in campaign.state.read().running if e.run is not None]
+    listed = Tmux(s.tmux_socket)("list-sessions", "-F", "#{session_name}")
+    where = describe_socket(s.tmux_socket)
+    if listed.returncode == 0:
+        sessions = len(listed.stdout.split())
+        return f"{where} running ({sessions} session(s); campaign {s.name}: {len(runs)} run(s) in flight)"
+    lost = [run.run_id for run in runs if ended_unrecorded(run)]
+    flight = f"{len(runs)} run(s) in flight"
+    if lost:
+        flight += f", {len(lost)} of them lost with it ({', '.join(lost[:3])}): `ars exp wait` records them as crashes"
+    return f"{where} not running (campaign {s.name}: {flight})"
+
+
 def diagnose(path: str | Path = ".") -> Report:
     """Check this machine for a campaign whose runs write under `path`."""
     path = Path(path).resolve()
@@ -174,6 +209,7 @@ def diagnose(path: str | Path = ".") -> Report:
         gpus=gpus,
         gpu_note=gpu_note,
         notes=notes,
+        tmux_server=campaign_tmux_server(),
     )
 
 

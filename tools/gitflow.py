@@ -4,12 +4,20 @@ only the experiment's own changes, and the user's uncommitted work never touched
 The rule that everything here serves: we never stash, reset, check out over or commit a
 file the user changed. When the main working tree has uncommitted changes to tracked files,
 experiments run in a `git worktree` of their own; when it is clean, in place.
+
+A hypothesis commit holds the hypothesis only. Left out, and named in one `left out: ...` line:
+the file our own output goes to (`ars exp run > run.out 2>&1`, `nohup ars ... &`: whatever file
+descriptors 1 and 2 of this process or of a process above it point to, told by inode, so no
+path spelling fools it), files git ignores, and what a run writes beside itself: logs (`*.log`,
+`*.out`), tracker and checkpoint folders (wandb/, mlruns/, outputs/, checkpoints/ ...), caches,
+checkpoints, and new files over the size limit. A new source file is committed.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,7 +172,8 @@ def untracked_snapshot(cwd: str | Path) -> dict[str, list[int]]:
 
 # What a run writes must not ride into a hypothesis commit. These rules apply to files git does
 # not track yet: a file the repository already tracks, or one `git add`ed by hand, is always
-# committed (leaving a tracked change out would leave the tree dirty for the next branch).
+# committed (leaving a tracked change out would leave the tree dirty for the next branch), except
+# the file our own output goes to (a snapshot of a log still being written is nobody's hypothesis).
 MAX_COMMIT_BYTES = 5_000_000  # new files larger than this stay out (campaign.yaml `max_commit_mb`)
 GENERATED_SUFFIXES = {
     ".pt": "checkpoint",
@@ -175,19 +184,41 @@ GENERATED_SUFFIXES = {
     ".gguf": "checkpoint",
     ".onnx": "exported model",
     ".bin": "binary weights or data",  # pytorch_model.bin, nanoGPT's train.bin
+    ".log": "log file",
+    ".out": "log file",  # `> run.out`, nohup.out, Slurm's slurm-1234.out
+    ".err": "log file",  # Slurm's --error file
+    ".pyc": "Python cache",
 }  # .npy/.npz are often small fixtures of the code: only the size limit applies to them
+GENERATED_NAME_PARTS = {
+    ".tfevents.": "TensorBoard events",  # events.out.tfevents.1712345678.host
+}
 GENERATED_DIRS = {
     "wandb": "logging directory",
     "mlruns": "logging directory",
+    "mlartifacts": "logging directory",  # MLflow's artifact store
     "runs": "logging directory",  # TensorBoard's default
     "lightning_logs": "logging directory",
     "tensorboard": "logging directory",
+    "tb_logs": "logging directory",
+    "logs": "logging directory",
+    "dvclive": "logging directory",
+    "ray_results": "logging directory",
     "outputs": "logging directory",  # Hydra's default
     "multirun": "logging directory",
+    ".hydra": "logging directory",
     "checkpoints": "checkpoint directory",
+    "checkpoint": "checkpoint directory",
+    "ckpt": "checkpoint directory",
+    "ckpts": "checkpoint directory",
     "__pycache__": "Python cache",
     ".ipynb_checkpoints": "notebook cache",
+    ".cache": "cache",
+    ".pytest_cache": "cache",
+    ".mypy_cache": "cache",
+    ".ruff_cache": "cache",
 }  # a folder of these names counts only while git tracks nothing inside it (else it is the user's)
+OWN_OUTPUT = "ars's own output"  # the reason shown for the file our stdout or stderr goes to
+MAX_ANCESTORS = 64  # how far up the process tree output redirections are looked for
 
 
 @dataclass
@@ -237,20 +268,75 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
+def output_targets() -> set[tuple[int, int]]:
+    """(st_dev, st_ino) of every regular file that file descriptor 1 or 2 of this process, or of
+    a process above it, writes to: `ars ... > run.out 2>&1`, `nohup ars ... &` (nohup.out), a
+    shell script whose output is redirected and that calls ars. Such a file is being written
+    while we commit, so it is never part of a hypothesis. Linux reads /proc (a few stat calls per
+    ancestor); elsewhere only this process's own descriptors are seen."""
+    found: set[tuple[int, int]] = set()
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found.add((st.st_dev, st.st_ino))
+    pid = os.getppid()
+    for _ in range(MAX_ANCESTORS):
+        if pid <= 1 or not os.path.isdir(f"/proc/{pid}"):
+            break
+        for fd in (1, 2):
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")  # follows the link to the open file itself
+            except OSError:  # closed, or another user's process
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.add((st.st_dev, st.st_ino))
+        pid = _parent_of(pid)
+    return found
+
+
+def _parent_of(pid: int) -> int:
+    """The parent pid from /proc/PID/stat (its fourth field, after the command in parentheses,
+    which may itself hold spaces and parentheses); 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            text = handle.read()
+        return int(text[text.rindex(")") + 1 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def is_output_target(path: str | Path, targets: set[tuple[int, int]] | None = None) -> bool:
+    """Whether `path` is a file our output (or an ancestor's) is written to; see output_targets."""
+    targets = output_targets() if targets is None else targets
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) in targets
+
+
 def sort_out(
     cwd: str | Path,
     paths: list[str],
     max_bytes: int | None = MAX_COMMIT_BYTES,
     untracked: set[str] | None = None,
 ) -> Changes:
-    """Split `paths` into those a commit may take and the generated files it must leave out:
-    new files inside a logging or cache folder, checkpoints, and new files over `max_bytes`
-    (None: no size limit). `untracked`: the untracked paths, when the caller already has them."""
+    """Split `paths` into those a commit may take and those it must leave out: the file our own
+    output goes to (tracked or not), and of the new files: those inside a logging, checkpoint or
+    cache folder, logs, checkpoints and files over `max_bytes` (None: no size limit).
+    `untracked`: the untracked paths, when the caller already has them."""
     untracked = set(tree_state(cwd).untracked) if untracked is None else untracked
+    targets = output_targets()
     changes = Changes()
     folders: dict[str, str] = {}
     tracked_folders: dict[str, bool] = {}
     for path in paths:
+        if targets and is_output_target(Path(cwd) / path, targets):
+            changes.left_out.append(LeftOut(path, OWN_OUTPUT))
+            continue
         if path not in untracked:
             changes.paths.append(path)
             continue
@@ -263,7 +349,7 @@ def sort_out(
         except FileNotFoundError:
             changes.paths.append(path)
             continue
-        kind = GENERATED_SUFFIXES.get(Path(path).suffix.lower())
+        kind = generated_kind(path)
         if kind is not None:
             changes.left_out.append(LeftOut(path, f"{kind}, {_size(nbytes)}"))
         elif max_bytes is not None and nbytes > max_bytes:
@@ -272,6 +358,15 @@ def sort_out(
             changes.paths.append(path)
     changes.left_out[:0] = [LeftOut(folder + "/", reason) for folder, reason in sorted(folders.items())]
     return changes
+
+
+def generated_kind(path: str) -> str | None:
+    """What kind of generated file the name says `path` is (checkpoint, log file ...), or None."""
+    name = Path(path).name.lower()
+    kind = GENERATED_SUFFIXES.get(Path(name).suffix)
+    if kind is not None:
+        return kind
+    return next((kind for part, kind in GENERATED_NAME_PARTS.items() if part in name), None)
 
 
 def _generated_folder(cwd: str | Path, path: str, tracked: dict[str, bool]) -> str | None:
@@ -301,7 +396,10 @@ def pending_changes(
         if before is None:
             paths.add(path)
             continue
-        st = os.stat(Path(cwd) / path)
+        try:
+            st = os.stat(Path(cwd) / path)
+        except FileNotFoundError:  # deleted since `git status` looked: nothing to commit
+            continue
         if [st.st_size, st.st_mtime_ns] != before:
             paths.add(path)
     return sort_out(cwd, sorted(paths), max_bytes, untracked=set(state.untracked))

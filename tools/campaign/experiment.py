@@ -600,7 +600,9 @@ def cancel(campaign: Campaign, key: str, status: str = "cancelled", reason: str 
             return None
         run_state = launcher_for(campaign).cancel(experiment.run)
         experiment.result = judging.judge(campaign, experiment, run_state)
-        if run_state.name != "exited":  # ended by us: say why, in the words of the caller
+        if run_state.name != "exited" and not judging.vanished(experiment, run_state):
+            # ended by us: say why, in the words of the caller (a run whose tmux session had
+            # vanished before keeps its crash and the reason)
             experiment.result.status, experiment.result.reason = status, reason
         campaign.state.write(state)
         return run_state

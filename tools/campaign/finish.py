@@ -1,7 +1,9 @@
 """The end of a campaign, the same whoever drove it (the loop, or an agent's `ars exp run`):
 
 - the user's checkout goes back to the branch the campaign started from, as they left it:
-  only when experiments ran in place, nothing is in flight and no tracked file is modified;
+  only when experiments ran in place, nothing is in flight and no tracked file is modified
+  (untracked files never stop it: logs, wandb/, the file `ars ... > out.txt` writes to stay
+  where they are, as git leaves them; nor does our own output file when git tracks it);
 - the campaign's worktrees that no experiment holds are removed (every result stays on its branch);
 - the session memory's current subtask is closed with the verdict;
 - the lines say where the best result lives (`git checkout <branch>` to use it).
@@ -46,8 +48,15 @@ def go_home(campaign: Campaign) -> str | None:
         here = gitflow.current_branch(repo)
         if here == home or not here.startswith(campaign.settings.prefix + "/"):
             return None
-        if gitflow.tree_state(repo).dirty_tracked:
-            return f"stayed on {here}: tracked files are modified there"
+        tree = gitflow.tree_state(repo)
+        targets = gitflow.output_targets()
+        modified = [
+            path
+            for path in dict.fromkeys([*tree.staged, *tree.modified])
+            if not gitflow.is_output_target(repo / path, targets)
+        ]  # the log we write to, if tracked, is carried over by `git switch` when both branches agree
+        if modified:
+            return f"stayed on {here}: tracked files are modified there ({', '.join(modified[:3])})"
         gitflow.switch(repo, home)
     except gitflow.GitError as err:
         return f"stayed on the experiment branch: {err}"

@@ -17,6 +17,7 @@ from autoresearch_skills.campaign.record import Experiment, Result
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now_iso, parse_iso
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.launch.base import VANISHED
 from autoresearch_skills.sources.reading import read_metric
 
 
@@ -37,6 +38,8 @@ def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
         )
     elif run_state.name == "timeout":
         status, reason = "timeout", f"killed at the {format_duration(experiment.timeout)} limit"
+    elif lost_place := vanished(experiment, run_state):
+        status, reason = "crash", lost_place  # nobody cancelled it: the session or server went away
     elif run_state.name == "cancelled":
         status, reason = "cancelled", "cancelled"
     elif run_state.name == "lost":
@@ -65,6 +68,14 @@ def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
         elapsed_min=round(max(0.0, elapsed) / 60, 2), decision=decided, noise=noise_fields,
         steps=steps, throughput=throughput, throughput_key=throughput_key, flags=flags,
     )  # fmt: skip
+
+
+def vanished(experiment: Experiment, run_state) -> str | None:
+    """Why the place the run lived in vanished under it, as its launcher recorded it ("tmux
+    session exp on server -L research vanished (the tmux server is gone)"), or None."""
+    if run_state.name not in ("cancelled", "lost") or experiment.run is None:
+        return None
+    return experiment.run.reload().extra.get(VANISHED) or None
 
 
 def fingerprint_of(campaign: Campaign, experiment: Experiment) -> str:

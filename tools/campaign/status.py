@@ -3,7 +3,9 @@ hooks and `ars exp wait` show. Pure reading: the ledger, state.json (through its
 
     status_facts(campaign)     attempted and remaining, the best (noise.best), the noise, the
                                latest row, every experiment in flight, the queue, the verdict
-    in_flight_facts(e)         one experiment in flight: phase, slot, GPUs, elapsed, session or job
+    in_flight_facts(e)         one experiment in flight: phase, slot, GPUs, elapsed, session or job,
+                               and for a run that ended and is not recorded yet, how it ended (a
+                               tmux session or server that vanished under it named with its socket)
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now, parse_iso
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.launch.base import FINISHED, VANISHED, Run
+from autoresearch_skills.launch.tmux import HANG_UP, vanished
 
 
 def status_facts(campaign: Campaign) -> dict:
@@ -92,8 +96,26 @@ def in_flight_facts(experiment: Experiment) -> dict:
         "log": run.log_path if run else None,
         "workdir": experiment.workdir,
     }
+    facts["ended"] = ended_unrecorded(run) if experiment.phase is Phase.RUNNING and run else None
     where = f"slot {experiment.slot}" + (f", GPUs {devices}" if devices else "")
     facts["line"] = f"{experiment.key} [{experiment.phase}]" + (
         f" {where}, {elapsed} of {facts['limit']}, {run.launcher} {run.run_id}" if run else ""
     )
+    if facts["ended"]:
+        facts["line"] += f"; ended: {facts['ended']} (the next `ars exp wait` records it)"
     return facts
+
+
+def ended_unrecorded(run: Run) -> str | None:
+    """How a run that state.json still holds as running ended, from its run file, or None while
+    it runs. A tmux run hung up by its session or server is named as lost ("tmux session exp on
+    server -L research vanished (the tmux server is gone)"), looked up without writing anything."""
+    current = run.reload()
+    if current.state not in FINISHED:
+        return None
+    lost = current.extra.get(VANISHED)
+    if lost is None and current.launcher == "tmux" and current.detail.startswith(HANG_UP):
+        lost = vanished(current)
+    if lost:
+        return f"crash: {lost}"
+    return current.state + (f": {current.detail}" if current.detail else "")

@@ -29,6 +29,7 @@ EXIT_LOST = 125
 EXIT_CANCELLED = 130
 
 ENV_FILE_SUFFIX = ".env"  # beside the run file: the caller's environment for a tmux pane (0600, read once)
+VANISHED = "vanished"  # run file `extra` key: why the place the run lived in (a tmux session) vanished
 
 
 @dataclass

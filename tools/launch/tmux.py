@@ -20,10 +20,18 @@ none means tmux's default (or the server we run inside). The supervisor records 
 exact socket path in the run file, and every later call (status, cancel, signal) uses `-S PATH`.
 
 Every value reaches tmux as its own argv element, never through a shell (see tmuxcmd.py).
+
+A session or server that vanishes under a run (`tmux kill-server`, `kill-session`, a reboot of
+the server, an OOM kill of it) hangs up the pane: the supervisor stops the tree and records
+`cancelled` with a SIGHUP detail. `status` then looks once whether the session is still on its
+server and keeps the answer in the run file (`extra["vanished"]`, and the detail):
+"tmux session exp-1 on server -L research vanished (the tmux server is gone)". Nobody cancelled
+such a run; the campaign records it as a crash with these words.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,10 +41,18 @@ import time
 from pathlib import Path
 
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, Run, RunSpec, State, slug
+from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, VANISHED, Run, RunSpec, State, slug
 from autoresearch_skills.launch.local import SUPERVISOR, LocalLauncher, prepare_run, record
 from autoresearch_skills.launch.runindex import remember
-from autoresearch_skills.launch.tmuxcmd import THEN, Then, Tmux, blocks_sigchld, session_target
+from autoresearch_skills.launch.supervise import STOP_REASONS
+from autoresearch_skills.launch.tmuxcmd import (
+    THEN,
+    Then,
+    Tmux,
+    blocks_sigchld,
+    session_target,
+    socket_args,
+)
 
 PANE_SIZE = ("200", "50")  # columns, rows of a detached session: wide enough for log lines
 START_TIMEOUT = 120.0  # seconds for the supervisor in the pane to start the command
@@ -72,6 +88,27 @@ class TmuxLauncher(LocalLauncher):
         self._wait_until_started(run)
         remember(run)
         return run.reload()
+
+    def status(self, run: Run) -> State:
+        """The local launcher's answer, and for a run that a hang-up ended (or that was lost):
+        whether its session or server vanished under it, in the detail ("tmux session exp on
+        server -L research vanished (the tmux server is gone)"). Looked at once, when the end is
+        first seen, and kept in the run file: a later server on the same socket changes nothing."""
+        state = super().status(run)
+        if state.name not in ("cancelled", "lost"):
+            return state
+        current = run.reload()
+        if VANISHED not in current.extra:
+            if state.name == "cancelled" and not current.detail.startswith(HANG_UP):
+                return state  # `ars cancel`, Ctrl-C in the pane: the session was not lost
+            text = vanished(current)
+            current.extra[VANISHED] = text or ""
+            if text:
+                current.detail = text
+            with contextlib.suppress(OSError):  # a read-only run folder: the answer stands for this caller
+                current.save()
+        text = current.extra.get(VANISHED)
+        return State(state.name, state.exit_code, text) if text else state
 
     def close(self, run: Run) -> bool:
         """Close a finished run's session (kept open until now for post-mortems). Only the
@@ -126,6 +163,36 @@ class TmuxLauncher(LocalLauncher):
         raise RuntimeError(
             f"the run supervisor in tmux session {run.run_id} did not start within {START_TIMEOUT:g}s"
         )
+
+
+HANG_UP = STOP_REASONS["SIGHUP"]  # the detail a supervisor records when its pane was hung up
+
+
+def vanished(run: Run) -> str | None:
+    """Why the run's tmux session is gone, in words naming it and its server, or None while it
+    is still there (its own session: the channel matches). Reads only; a few ms of tmux calls."""
+    session = run.extra.get("session")
+    if not session:
+        return None
+    tmux = Tmux(run.extra.get("tmux_socket") or run.extra.get("socket"))
+    if tmux.option(session, "@ars_channel") == run.extra.get("channel"):
+        return None
+    server_runs = tmux("list-sessions").returncode == 0  # never starts a server
+    why = "the session was killed; the server still runs" if server_runs else "the tmux server is gone"
+    return f"tmux session {session} on server {server_name(run)} vanished ({why})"
+
+
+def server_name(run: Run) -> str:
+    """The run's tmux server as a person would name it: `-L research`, `-S /path/sock`, or the
+    default server with its socket path."""
+    return describe_socket(run.extra.get("socket"), run.extra.get("tmux_socket"))
+
+
+def describe_socket(socket: str | None, path: str | None = None) -> str:
+    """`-L NAME` or `-S PATH` as given (see tmuxcmd.socket_args); the default server otherwise."""
+    if socket:
+        return " ".join(socket_args(socket))
+    return f"default ({path})" if path else "default"
 
 
 _warned: set[str] = set()

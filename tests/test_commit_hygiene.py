@@ -1,0 +1,240 @@
+"""A hypothesis commit holds the hypothesis only: never the file ars's own output is redirected
+to (`ars exp run > run.out 2>&1`, `ars campaign run campaign.yaml > out.txt`), never what git
+ignores, never what a training run writes beside itself (wandb/, outputs/, logs, checkpoints).
+And what is left out never blocks going home, a baseline rerun or a retry. Real repositories,
+real `ars` processes with their output redirected into the repository."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from repo_helpers import git, make_repo
+
+from autoresearch_skills import gitflow, ledger
+
+# A training script that writes what real ones write beside themselves, in its working directory.
+TRAIN = """\
+import os, sys, time
+LR = 0.01               # learning rate
+FAIL = 0                # exit code to fail with
+n = len(os.listdir("wandb")) if os.path.isdir("wandb") else 0
+os.makedirs(f"wandb/run-{n}/files", exist_ok=True)
+open(f"wandb/run-{n}/files/output.log", "w").write("wandb says hi\\n")
+os.makedirs(f"outputs/2024-06-01/{n}/.hydra", exist_ok=True)
+open(f"outputs/2024-06-01/{n}/.hydra/config.yaml", "w").write(f"lr: {LR}\\n")
+os.makedirs("lightning_logs/version_0", exist_ok=True)
+open(f"lightning_logs/version_0/events.out.tfevents.{n}.host", "wb").write(b"\\0" * 64)
+os.makedirs("checkpoints", exist_ok=True)
+open("checkpoints/last.pt", "wb").write(b"\\0" * 128)
+open("train.log", "a").write("step 1 loss 1.0\\n")
+if FAIL:
+    print("RuntimeError: boom", flush=True)
+    sys.exit(FAIL)
+print("---")
+print(f"val_bpb:          {abs(LR - 0.03) * 10 + 1:.6f}")
+"""
+
+GENERATED = ("wandb", "outputs", "lightning_logs", "checkpoints", "train.log")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "project", {"train.py": TRAIN, "prepare.py": "DATA = 'frozen'\n"})
+
+
+def ars_into(repo: Path, out: str, *args: str, code: int | None = 0, timeout: float = 120) -> str:
+    """`ars ARGS > OUT 2>&1` run in `repo` (OUT inside it, truncated as the shell does); its text."""
+    target = repo / out
+    with open(target, "w") as handle:
+        done = subprocess.run(
+            [sys.executable, "-m", "autoresearch_skills.cli", *args],
+            cwd=repo,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
+    text = target.read_text()
+    if code is not None:
+        assert done.returncode == code, f"exit {done.returncode}\n{text}"
+    return text
+
+
+def set_constant(path: Path, name: str, value: str) -> None:
+    lines = [
+        f"{name} = {value}" if line.startswith(f"{name} = ") else line
+        for line in path.read_text().splitlines()
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def files_on(repo: Path, ref: str) -> set[str]:
+    return set(git(repo, "ls-tree", "-r", "--name-only", ref).splitlines())
+
+
+def branches(repo: Path) -> list[str]:
+    return git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").splitlines()
+
+
+def test_exp_run_redirected_into_the_repository_commits_only_the_hypothesis_and_goes_home(repo: Path):
+    ars_into(repo, "init.out", "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
+             "--command", f"{sys.executable} train.py", "--stop", "2 experiments", "--prefix", "autoresearch/h",
+             "--baseline-repeats", "1")  # fmt: skip
+    assert "val_bpb: 1.200000" in ars_into(repo, "run.out", "exp", "baseline")
+    started = ars_into(repo, "run.out", "exp", "start", "higher-lr", "-m", "LR 0.01 -> 0.02")
+    assert "workdir: " + str(repo) in started  # in place: the log files beside it are all untracked
+    set_constant(repo / "train.py", "LR", "0.02")
+    (repo / "schedule.py").write_text("WARMUP = 10\n")  # a new source file of the hypothesis
+    out = ars_into(repo, "run.out", "exp", "run")
+    assert "val_bpb: 1.100000" in out and "status: keep" in out
+    left_out = next(line for line in out.splitlines() if line.startswith("left out: "))
+    assert "run.out (ars's own output)" in left_out
+    hypothesis = git(repo, "rev-parse", "autoresearch/h/higher-lr")
+    assert git(repo, "show", "--name-only", "--format=", hypothesis).splitlines() == [
+        "schedule.py",
+        "train.py",
+    ]
+    for branch in branches(repo):
+        assert not {
+            f for f in files_on(repo, branch) if f.split("/")[0] in (*GENERATED, "run.out", "init.out")
+        }
+    # the stop condition is met: the checkout goes home with nothing of the experiment left in it
+    assert "back on main" in out and git(repo, "branch", "--show-current") == "main"
+    assert "LR = 0.01 " in (repo / "train.py").read_text()
+    assert gitflow.tree_state(repo).dirty_tracked is False
+    assert {"run.out", "wandb/", "outputs/", "train.log"} <= set(
+        git(repo, "status", "--porcelain", "--untracked-files=normal").replace("?? ", "").splitlines()
+    )
+
+
+def test_a_retry_redirected_into_the_repository_commits_the_fix_only(repo: Path):
+    ars_into(repo, "init.out", "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
+             "--command", f"{sys.executable} train.py", "--stop", "10 experiments", "--prefix", "autoresearch/h",
+             "--baseline-repeats", "1")  # fmt: skip
+    ars_into(repo, "run.out", "exp", "baseline")
+    ars_into(repo, "run.out", "exp", "start", "buggy", "-m", "LR 0.01 -> 0.02")
+    set_constant(repo / "train.py", "LR", "0.02")
+    set_constant(repo / "train.py", "FAIL", "3")
+    assert "status: crash" in ars_into(repo, "run.out", "exp", "run")
+    set_constant(repo / "train.py", "FAIL", "0")  # fixed where the branch is checked out
+    fixed = ars_into(repo, "run.out", "exp", "run", "buggy")
+    assert "status: keep" in fixed and "run.out (ars's own output)" in fixed
+    crashed, retried = ledger.read(repo / "reports/auto_research/demo/results.tsv")[1:]
+    assert retried.retry_of == str(crashed.index)
+    assert git(repo, "show", "--name-only", "--format=%s", retried.commit).splitlines() == [
+        "fix-up: follow-up change",
+        "",
+        "train.py",
+    ]
+
+
+def test_campaign_run_redirected_into_the_repository_reruns_the_baseline_and_goes_home(repo: Path):
+    config = {
+        "name": "hyg", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
+        "command": f"{sys.executable} train.py", "launcher": "local", "stop": "4 experiments",
+        "prefix": "autoresearch/hyg", "baseline_repeats": 2,
+        "policy": {"kind": "queue", "mutable": ["train.py"], "frozen": ["prepare.py"], "queue": [
+            {"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}},
+            {"slug": "lower-lr", "description": "LR 0.01 -> 0.005", "set": {"LR": 0.005}},
+        ]},
+    }  # fmt: skip
+    (repo / "campaign.yaml").write_text(yaml.safe_dump(config))
+    git(repo, "add", "campaign.yaml")
+    git(repo, "commit", "-qm", "campaign")
+    out = ars_into(repo, "out.txt", "campaign", "run", "campaign.yaml")
+    assert "was edited" not in out
+    table = ledger.read(repo / "reports/auto_research/hyg/results.tsv")
+    assert [(Path(r.branch).name, r.rerun_of) for r in table[:2]] == [("baseline", ""), ("baseline", "0")]
+    # the rerun the noise rule asks for ran with out.txt growing beside it; every run measured
+    assert {Path(r.branch).name for r in table[2:]} == {"higher-lr", "lower-lr"}
+    assert all(r.status in ("keep", "discard") for r in table)
+    assert "back on main" in out and git(repo, "branch", "--show-current") == "main"
+    assert (repo / "train.py").read_text() == TRAIN
+    for row in table[2:]:
+        assert git(repo, "show", "--name-only", "--format=", row.commit).splitlines()[-1:] == ["train.py"]
+    for branch in branches(repo):
+        assert not {f for f in files_on(repo, branch) if f.split("/")[0] in (*GENERATED, "out.txt")}
+
+
+def test_the_output_of_a_process_above_is_left_out_too(repo: Path):
+    """`sh -c '... | ...' > own.txt`: ars's stdout is a pipe, its parent's is the file."""
+    (repo / "train.py").write_text("LR = 2\n")
+    snippet = (
+        "from autoresearch_skills import gitflow; print(gitflow.pending_changes('.', {}).left_out_line())"
+    )
+    with open(repo / "own.txt", "w") as handle:
+        done = subprocess.run(
+            ["sh", "-c", f'echo started; {sys.executable} -c "{snippet}" | cat >&2; true'],
+            cwd=repo,
+            stdout=handle,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert done.stderr.strip() == "left out: own.txt (ars's own output)"
+
+
+def test_our_output_file_is_left_out_even_when_git_tracks_it(repo: Path):
+    (repo / "run.out").write_text("old log\n")
+    git(repo, "add", "run.out")
+    git(repo, "commit", "-qm", "someone committed a log")
+    (repo / "train.py").write_text("LR = 2\n")
+    snippet = (
+        "import sys; from autoresearch_skills import gitflow; "
+        "done = gitflow.commit_changes('.', {}, 'LR 2'); print(done.paths, done.left_out_line(), file=sys.stderr)"
+    )
+    with open(repo / "run.out", "w") as handle:
+        subprocess.run([sys.executable, "-c", snippet], cwd=repo, stdout=handle, stderr=handle, timeout=60)
+    assert (repo / "run.out").read_text().strip() == "['train.py'] left out: run.out (ars's own output)"
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").splitlines() == ["train.py"]
+
+
+def test_logs_trackers_caches_and_ignored_files_stay_out_and_new_source_goes_in(repo: Path):
+    (repo / ".gitignore").write_text("scratch/\n*.tmp\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-qm", "ignore rules")
+    snapshot = gitflow.untracked_snapshot(repo)
+    written = {
+        "nohup.out": "nohup: ignoring input\n",
+        "slurm-1234.out": "srun: job 1234\n",
+        "slurm-1234.err": "warning\n",
+        "train.log": "step 1\n",
+        "runs/May01_host/events.out.tfevents.1714.host": "x",
+        "logs/train/metrics.csv": "step,loss\n",
+        "mlruns/0/meta.yaml": "name: Default\n",
+        "mlartifacts/1/model": "x",
+        "dvclive/metrics.json": "{}",
+        ".cache/torch/kernels": "x",
+        "ckpt/step-100/model.safetensors": "x",
+        "scratch/notes.py": "ignored by the repository\n",
+        "dump.tmp": "ignored by the repository\n",
+        "model/attention.py": "HEADS = 8\n",  # the hypothesis' new module
+        "configs/wide.yaml": "width: 128\n",
+    }
+    for name, text in written.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    changes = gitflow.pending_changes(repo, snapshot)
+    assert changes.paths == ["configs/wide.yaml", "model/attention.py"]
+    assert changes.left_out_line() == (
+        "left out: .cache/ (cache), ckpt/ (checkpoint directory), dvclive/ (logging directory), "
+        "logs/ (logging directory), mlartifacts/ (logging directory), mlruns/ (logging directory), "
+        "runs/ (logging directory), nohup.out (log file, 22 bytes), slurm-1234.err (log file, 8 bytes), "
+        "slurm-1234.out (log file, 15 bytes), train.log (log file, 7 bytes)"
+    )
+    assert not [p for p in changes.paths if p.startswith("scratch") or p.endswith(".tmp")]
+
+
+def test_a_file_left_out_never_counts_as_an_edit_of_a_rerun(repo: Path):
+    """The check `ars exp rerun` makes before running a commit as it is."""
+    snapshot = gitflow.untracked_snapshot(repo)
+    (repo / "run.out").write_text("grows while the rerun runs\n")
+    os.makedirs(repo / "wandb" / "run-2")
+    (repo / "wandb" / "run-2" / "log").write_text("x")
+    assert gitflow.changed_paths(repo, snapshot) == []
+    (repo / "train.py").write_text("LR = 3\n")
+    assert gitflow.changed_paths(repo, snapshot) == ["train.py"]
