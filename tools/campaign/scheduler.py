@@ -22,6 +22,7 @@ from autoresearch_skills.campaign import experiment as lifecycle
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.watch import Watchers
+from autoresearch_skills.launch.base import VANISHED
 
 WATCH_STEP = 1.0  # seconds to block on the only live run between watcher polls (it wakes on the end)
 MANY_STEP = 0.25  # ... on one of several: another one's end is noticed within this
@@ -44,7 +45,10 @@ def tick(campaign: Campaign, reporting: set[str] | None = None) -> list[Ended]:
         run_state = launcher.status(record.run)
         if not run_state.finished:
             continue
-        if run_state.name == "lost" and not record.lost_runs:
+        # A runner that died with the orchestrator runs once more; one whose tmux session or
+        # server vanished would vanish again: it is the row's crash, named.
+        vanished = record.run.reload().extra.get(VANISHED)
+        if run_state.name == "lost" and not record.lost_runs and not vanished:
             launcher.cancel(record.run)  # whatever is left of its tree goes first: no orphan on the GPUs
             lifecycle.relaunch(campaign, record.key, run_state.detail or "runner died")
             continue
