@@ -341,6 +341,9 @@ def test_rerun_runs_the_same_commit_again_as_new_rows_on_the_same_branch(repo: P
     assert all(r.commit == original.commit and r.branch == original.branch for r in reruns)
     assert all(r.description.startswith("rerun of #1: LR -> 0.02") for r in reruns)
     assert len({r.log_path for r in table}) == len(table)  # each run its own log
+    ars(repo, "exp", "rerun", f"#{reruns[-1].index}")  # a rerun of a rerun names the original once
+    assert rows(repo)[-1].description.startswith("rerun of #1: LR -> 0.02")
+    assert "rerun of #1: rerun" not in rows(repo)[-1].description
     refused = ars(repo, "exp", "rerun", "#9", code=2)
     assert "no row #9" in refused.stderr
 

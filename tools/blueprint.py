@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -69,7 +70,7 @@ from autoresearch_skills.blueprints.resultdir import (
     write_results,
 )
 from autoresearch_skills.blueprints.writing import Spec, read_plan, render, write_new
-from autoresearch_skills.errors import BadInput, run_cli
+from autoresearch_skills.errors import BadInput, run_cli, signal_exit_code
 
 __all__ = [
     "DEFAULT_FIRST_STEP_PATTERN", "DEFAULT_FIRST_STEP_TIMEOUT", "DEFAULT_GPUS", "DEFAULT_MAX_TIME",
@@ -464,9 +465,9 @@ def run_cmd(
             click.echo(str(problem), err=True)
         click.echo(f"problems: {len(err.problems)}; nothing was started (fix them, then run again)")
         sys.exit(2)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # SIGTERM and SIGHUP arrive as one too (errors.Interrupted)
         click.echo("interrupted: the runs go on in tmux; run the same command again to follow them", err=True)
-        sys.exit(130)
+        sys.exit(signal_exit_code(getattr(err, "signum", signal.SIGINT)))
     if as_json:
         click.echo(json.dumps({**report.to_dict(), "exit_code": report.exit_code}, indent=2))
     else:

@@ -229,8 +229,9 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
                 gitflow.branch_exists(campaign.repo, row.branch)
                 and gitflow.head_commit(campaign.repo, row.branch) == row.commit
             )
-            description = f"rerun of #{original}: " + (
-                closed.description if closed else row.description.split(" [", 1)[0]
+            # The hypothesis as written, once: a rerun of a rerun still reads "rerun of #5: B".
+            description = f"rerun of #{original}: " + noise.plain_description(
+                closed.description if closed else row.description
             )
             attempt = {"rerun_of": original, "checkout": row.branch if at_head else row.commit, "commits": [row.commit]}  # fmt: skip
         args = (closed.args if closed else None) or recorded_args(
