@@ -2,18 +2,30 @@
 
 Contract. A finished run is compared with the best by its margin in units of sigma, where sigma
 is the standard error of the difference of two means: `sigma_run * sqrt(1/n + 1/n_best)` for a
-mean of n runs against a best measured n_best times. The ledger's `sigma` column and the
-reasons' "run sigma" are sigma_run; `margin_sigma` and "by 2.1 sigma" are the margin. Under the
-default `Policy`:
-    keep       one run ahead by >= `clear` sigma, or the pooled mean of 2+ runs ahead by >= `margin`
+mean of n runs against a best measured n_best times. sigma_run is pooled over every commit of
+the fingerprint with 2+ finished runs (sum of squared deviations from each commit's own mean /
+sum of (n_i - 1)); its degrees of freedom (df) are sum of (n_i - 1), so a commit whose runs
+happen to agree cannot make it vanish while other commits' runs vary. The margin is then a
+one-sided Student t statistic on those df: the policy's lines, drawn in sigma as if sigma were
+known, move to the same tail probability of t (`t_line`), so a sigma from few runs asks for a
+wider margin (2.5 sigma asks for 4.32 on 4 df, 2.62 on 40). The ledger's `sigma` column and the
+reasons' "run sigma" are sigma_run; `margin_sigma` and "by 2.1 sigma" are the margin (the t
+statistic); `runs` the runs of this commit pooled into the decision; the reason names the df, the
+commits sigma was pooled over and the line needed, e.g. "beats the best ... by 5.8 sigma, 4.32
+needed (t test on 4 df: run sigma 0.0038 pooled over 2 commits; 2 runs of this commit)". Under
+the default `Policy`:
+    keep       one run ahead by >= the `clear` line, or the pooled mean of 2+ runs ahead by >=
+               the `margin` line (lowered by `margin_fall` per run after the second)
     candidate  ahead, but not by enough to keep, and above the floor for its number of runs:
                rerun the same commit (`next_action`), up to `max_runs` runs in all
-    discard    at or below the floor, or still short of `margin` after `max_runs` runs
+    discard    at or below the floor, or still short of the line after `max_runs` runs
 Every new best (the baseline included) is then run until it has `best_runs` runs, so the bar the
 next result must clear is never one lucky draw. Without a noise estimate (fewer than two finished
 runs of any one commit) decisions are as before (keep when the number is better) and the reason
-says no noise estimate exists. Runs that gave identical values (a deterministic target) count
-any difference.
+says no noise estimate exists. Runs that gave identical values (a deterministic target) count any
+difference once repeats of two commits agree exactly; while only one commit's repeats agree, a
+better result is a candidate, and its own rerun tells a deterministic target from a lucky match.
+Values are compared as the ledger holds them (6 decimals).
 
 The best (`best`), the one every command shows and uses (status, the loop's lines, finish, the
 report, memory, `parent: best`, `ars ledger best`, prune's target, the stop rules' target): among
@@ -28,14 +40,21 @@ decision, with `runs` = the runs pooled and `margin_sigma` = the pooled margin. 
 they share a commit or are linked by `rerun_of`, are finished (keep/discard) and have the same
 `fingerprint`; rows of another fingerprint are never pooled or ranked with them.
 
-Why these defaults: bench/bench_noise.py runs campaigns of a baseline, 20 null changes and 5 real
-gains on a target with known noise. Keeping the first number that is better keeps 20% of the null
-changes (27% where the real gains are large), and each lucky draw raises the bar for the real
-gains. This policy keeps 3.6% of the null changes and 96% of the 3-sigma gains for 64% more runs.
-One confirmation rerun at 2 sigma against a best measured twice keeps only 74% of the 3-sigma
-gains (for 44% more runs): one or two runs against a best measured twice cannot separate a
-3-sigma gain from a lucky draw at 95%/5%, so ambiguous results get up to `max_runs` runs and
-every best gets `best_runs`.
+Why these defaults: bench/bench_noise.py runs campaigns of four kinds on a target with known
+noise: a baseline, then 20 null changes and 5 real gains of 1 sigma, or of 3 sigma, or 25 null
+changes and nothing to find, or the 3-sigma campaign with the metric printed to half a sigma.
+Keeping the first number that is better keeps 12-26% of the null changes, depending on the kind,
+and each lucky draw raises the bar for the real gains. The previous rule (normal lines at 3
+sigma for one run and 1.75 pooled, floor 0.4, every best run 3 times) kept 4.0% of the null
+changes overall and 2.1-6.8% by kind (6.8% on the coarse metric, whose repeats often agree
+exactly), with 95.0% of the 3-sigma gains for 15 extra runs per campaign: sigma from two or
+three runs is often far too small, and five looks at a 1.75 line add up. This policy keeps
+0.5-1.4% of the null changes in every kind (1.1% overall) and 95.7% of the 3-sigma gains, for
+25 extra runs per campaign of 26 changes (+97% over one run per change: baseline repeats 3.0,
+reruns of each new best 3.9, confirmations 18.3). The t lines alone, with the old margins, kept 3.4% of the null changes in one kind and only
+93.7% of the 3-sigma gains: the keep line must start higher at the first confirmation, where most
+false keeps happened, and fall towards the last run, and every best needs a fourth run so the bar
+is measured well enough for a 3-sigma gain to clear it; a best run three times kept at most 93%.
 """
 
 from __future__ import annotations
@@ -43,6 +62,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from statistics import NormalDist
 
 FINISHED = ("keep", "discard")  # statuses whose rows carry a metric
 CANDIDATE_FLAG = "candidate"
@@ -52,18 +73,22 @@ REASON_SUFFIX = re.compile(r" \[(?:keep|discard|candidate|crash|timeout|cancelle
 SHORT_RUN_SECONDS = 30 * 60  # under this per-run limit, the baseline is run more than once
 OUTLIER_SIGMAS = 5.0  # one value this far from the rest of its commit's runs is left out of sigma
 OUTLIER_MIN_DOF = 3  # ... only when the others still give sigma with this many degrees of freedom
+DETERMINISTIC_MIN_COMMITS = 2  # identical repeats of this many commits make a deterministic target
+LEDGER_DECIMALS = 6  # results.tsv holds metric_value to 6 decimals: a new value is judged as stored
 
 
 @dataclass(frozen=True)
 class Policy:
-    """The decision rule. Margins are in sigma of the difference (see the module docstring)."""
+    """The decision rule. Lines are in sigma of the difference as if sigma were known; a decision
+    on a sigma estimated from few runs moves them to Student t quantiles (`t_line`)."""
 
-    margin: float = 1.75  # keep when the pooled mean of 2+ runs is ahead of the best by this much
-    clear: float | None = 3.0  # keep a single run ahead by this much at once; None: always confirm
-    floor: float = 0.4  # discard a single run ahead by no more than this (not worth a rerun) ...
+    margin: float = 2.5  # keep when the pooled mean of 2 runs is ahead of the best by this much ...
+    margin_fall: float = 0.15  # ... and lower that line by this much per run after the second
+    clear: float | None = 3.5  # keep a single run ahead by this much at once; None: always confirm
+    floor: float = 0.3  # discard a single run ahead by no more than this (not worth a rerun) ...
     floor_step: float = 0.3  # ... and raise that floor by this much per extra run
     max_runs: int = 5  # runs of one commit a decision may pool before it must keep or discard
-    best_runs: int = 3  # every new best (and the baseline) is run this many times
+    best_runs: int = 4  # every new best (and the baseline) is run this many times
     keep_ties: bool = False  # an exact tie with the best is kept (simpler code, same number)
 
     def floor_for(self, runs: int) -> float:
@@ -72,7 +97,7 @@ class Policy:
     def keep_line(self, runs: int) -> float:
         if runs == 1:
             return math.inf if self.clear is None else self.clear
-        return self.margin
+        return self.margin - self.margin_fall * (runs - 2)
 
 
 DEFAULT_POLICY = Policy()
@@ -123,6 +148,7 @@ class Decision:
     sigma: float | None = None  # the run-to-run sigma used
     mean: float | None = None  # the pooled mean of the runs
     best_index: int | None = None  # first row of the best it was compared with
+    dof: int | None = None  # degrees of freedom of sigma; None: taken as exact, or no estimate
 
     @property
     def row_status(self) -> str:
@@ -288,41 +314,133 @@ def sigma(rows, fingerprint: str | None = None) -> float | None:
 
 def pooled_sigma(value_lists: list[list[float]], index_lists: list[list[int]] | None = None) -> Estimate:
     """Pooled within-group standard deviation: sqrt(sum of squared deviations from each group's
-    own mean / sum of (n - 1)), over groups with two values or more. Each commit's mean is its own,
-    so real differences between commits never count as noise; the variance is unbiased when every
-    commit has the same noise.
+    own mean / sum of (n - 1)), over groups with two values or more; its degrees of freedom are
+    sum of (n - 1). Each commit's mean is its own, so real differences between commits never count
+    as noise; the variance is unbiased when every commit has the same noise. Every repeated commit
+    counts, so one commit whose runs happen to agree cannot bring sigma near zero while others
+    vary; runs that agree exactly (a deterministic target) give exactly 0.
 
     One wild value (a run on a sick node, a diverged seed) would inflate sigma until nothing can
     be kept: the value farthest from the other runs of its commit is left out when it lies more
     than OUTLIER_SIGMAS sigma (of the rest) from their mean and the rest still has OUTLIER_MIN_DOF
-    degrees of freedom. At most one value is left out. `index_lists` name the values (row indexes)
-    so the estimate can say which one."""
+    degrees of freedom. At most one value is left out, and never when the rest shows no spread at
+    all: then that value is the only sign of the noise there is, not an exception to it.
+    `index_lists` name the values (row indexes) so the estimate can say which one."""
     index_lists = index_lists or [[-1] * len(v) for v in value_lists]
     pooled = [(v, i) for v, i in zip(value_lists, index_lists) if len(v) >= 2]
     if not pooled:
         return Estimate(None, 0, 0, 0)
-    squares, dof, runs = 0.0, 0, 0
-    wild = None  # (what leaving it out removes from the squares, its index, its group's size)
-    for values, indexes in pooled:
+    squares = [_squares(values) for values, _ in pooled]
+    dof = sum(len(values) - 1 for values, _ in pooled)
+    runs = sum(len(values) for values, _ in pooled)
+    # the wild candidate: the value whose leaving out removes the most squares, n/(n-1) (x - mean)^2
+    removed, group, k = max(
+        (len(v) / (len(v) - 1) * (x - sum(v) / len(v)) ** 2, g, k)
+        for g, (v, _) in enumerate(pooled)
+        for k, x in enumerate(v)
+    )
+    if removed > 0 and dof - 1 >= OUTLIER_MIN_DOF:
+        values, indexes = pooled[group]
+        others = values[:k] + values[k + 1 :]
+        rest_squares = sum(squares) - squares[group] + _squares(others)
+        rest = math.sqrt(rest_squares / (dof - 1))
         n = len(values)
-        mean = sum(values) / n
-        squares += sum((x - mean) ** 2 for x in values)
-        dof += n - 1
-        runs += n
-        for x, index in zip(values, indexes):
-            removed = n / (n - 1) * (x - mean) ** 2
-            if wild is None or removed > wild[0]:
-                wild = (removed, index, n)
-    if wild and dof - 1 >= OUTLIER_MIN_DOF:
-        removed, index, n = wild
-        rest = math.sqrt(max(squares - removed, 0.0) / (dof - 1))
-        # |x - mean of the n-1 others| = sqrt(removed * (n-1)/n) * n/(n-1), and its sd is
-        # rest * sqrt(1 + 1/(n-1)): compare in those units
-        distance = math.sqrt(removed * n / (n - 1))
-        if distance > OUTLIER_SIGMAS * rest * math.sqrt(n / (n - 1)):
+        # x - (mean of the n-1 others) has sd rest * sqrt(1 + 1/(n-1)): compare in those units
+        distance = abs(values[k] - sum(others) / len(others))
+        if rest > 0 and distance > OUTLIER_SIGMAS * rest * math.sqrt(n / (n - 1)):
             left = len(pooled) - (1 if n == 2 else 0)
-            return Estimate(rest, dof - 1, runs - 1, left, left_out=index)
-    return Estimate(math.sqrt(squares / dof), dof, runs, len(pooled))
+            return Estimate(rest, dof - 1, runs - 1, left, left_out=indexes[k])
+    return Estimate(math.sqrt(sum(squares) / dof), dof, runs, len(pooled))
+
+
+def _squares(values: list[float]) -> float:
+    """Sum of squared deviations from the mean, exactly 0 for equal values: deviations are taken
+    from the first value, so float rounding of the mean of equal values cannot make a tiny sigma."""
+    shifted = [x - values[0] for x in values]
+    mean = sum(shifted) / len(shifted)
+    return sum((x - mean) ** 2 for x in shifted)
+
+
+# ---------------------------------------------------------------- Student's t
+
+
+@lru_cache(maxsize=4096)
+def student_t_quantile(p: float, dof: float | None) -> float:
+    """The `p` quantile of Student's t distribution with `dof` degrees of freedom; the standard
+    normal's for `dof` None or infinite. Bisection on the exact upper tail (`student_t_tail`) to
+    a relative 1e-12, so table values hold to every printed digit (tests/test_noise_pooled.py);
+    cached, as a campaign asks for the same few lines again and again."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must lie strictly between 0 and 1, not {p!r}")
+    if dof is None or math.isinf(dof):
+        return NormalDist().inv_cdf(p)
+    if dof <= 0:
+        raise ValueError(f"dof must be positive, not {dof!r}")
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, dof)
+    tail = 1.0 - p
+    low, high = 0.0, 1.0
+    while student_t_tail(high, dof) > tail:
+        low, high = high, 2.0 * high
+    while high - low > 1e-12 * high:
+        middle = (low + high) / 2
+        if student_t_tail(middle, dof) > tail:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def student_t_tail(t: float, dof: float) -> float:
+    """P(T > t) for Student's t with `dof` degrees of freedom: I_x(dof/2, 1/2) / 2 at
+    x = dof / (dof + t^2), the regularized incomplete beta function."""
+    half = 0.5 * _incomplete_beta(dof / 2, 0.5, dof / (dof + t * t))
+    return half if t >= 0 else 1.0 - half
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified
+    Lentz), on the side of x where the fraction converges fast."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    tiny = 1e-300  # keeps a zero denominator from dividing by zero; its term then dominates
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 10_000):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            return fraction
+    raise ArithmeticError(f"incomplete beta ({a}, {b}, {x}) did not converge")
+
+
+@lru_cache(maxsize=4096)
+def t_line(z: float, dof: int | None) -> float:
+    """A line drawn in sigma for an exactly known sigma, moved to the same one-sided tail
+    probability of Student's t with `dof` degrees of freedom: what a margin of `z` sigma asks of
+    a sigma estimated from `dof` degrees of freedom. `dof` None: `z` itself."""
+    if dof is None or math.isinf(z):
+        return z
+    return student_t_quantile(NormalDist().cdf(z), dof)
 
 
 def latest_fingerprint(rows) -> str | None:
@@ -369,9 +487,17 @@ def decide(
     keep_ties: bool | None = None,
     *,
     policy: Policy = DEFAULT_POLICY,
+    dof: int | None = None,
+    commits: int | None = None,
 ) -> Decision:
     """Keep, candidate or discard for the runs `values` of one commit against `best`, given the
-    run-to-run `sigma`. `margin` and `keep_ties` override the policy's."""
+    run-to-run `sigma`. `margin` and `keep_ties` override the policy's.
+
+    `dof` is the degrees of freedom sigma was estimated with (`Estimate.dof`, pooled over
+    `commits` commits): the policy's lines, drawn in sigma for a sigma known exactly, then move to
+    the same one-sided tail probability of Student's t with `dof` degrees of freedom (`t_line`),
+    so a sigma from few runs needs a wider margin, and the reason says what the test rests on.
+    `dof` None takes sigma as exact (the normal's lines)."""
     _check_direction(direction)
     if not values:
         raise ValueError("decide needs at least one value")
@@ -381,55 +507,74 @@ def decide(
     n = len(values)
     mean = sum(values) / n
     if best is None:
-        return Decision("keep", None, n, "first result", sigma, mean)
+        return Decision("keep", None, n, "first result", sigma, mean, dof=dof)
     ahead = best.mean - mean if direction == "min" else mean - best.mean
     about = f"the best {_num(best.mean)} (#{best.key}, {_runs(best.n)})"
     subject = f"pooled mean {_num(mean)} over {n} runs" if n > 1 else ""
 
+    if sigma == 0 and dof is not None and (commits or 0) < DETERMINISTIC_MIN_COMMITS and ahead > 0:
+        # one commit's repeats agreeing may be luck (a coarsely printed metric): this commit's own
+        # rerun tells a deterministic target from a noisy one
+        reason = (
+            f"{subject} beats {about}, but the only repeated runs ({_runs(dof + 1)} of one commit) "
+            "gave identical values, too few to call the target deterministic: confirm with a rerun"
+        ).lstrip()
+        if n < policy.max_runs:
+            return Decision("candidate", None, n, reason, sigma, mean, best.key, dof)
     if not sigma:  # None: no estimate yet; 0.0: identical runs, so any difference is real
-        why = (
-            "no noise estimate yet (no commit has 2 finished runs)"
-            if sigma is None
-            else "runs of one commit gave identical values, so any difference counts"
-        )
+        if sigma is None:
+            why = "no noise estimate yet (no commit has 2 finished runs)"
+        elif dof is None:
+            why = "runs of one commit gave identical values, so any difference counts"
+        else:
+            why = f"repeated runs gave identical values ({dof} df over {_count(commits, 'commit')}), so any difference counts"
         verb = "ties" if ahead == 0 else "beats" if ahead > 0 else "does not beat"
         status = "keep" if ahead > 0 or (ahead == 0 and keep_ties) else "discard"
         reason = f"{subject} {verb} {about}; {why}".lstrip()
-        return Decision(status, None, n, reason, sigma, mean, best.key)
+        return Decision(status, None, n, reason, sigma, mean, best.key, dof)
 
     z = ahead / (sigma * math.sqrt(1 / n + 1 / best.n))
-    noise = f"run sigma {_sig(sigma)}" + (", 1 run" if n == 1 else "")
+    keep_at = t_line(policy.keep_line(n), dof)
+    floor_at = t_line(policy.floor_for(n), dof)
+    if dof is None:
+        noise, needed = f"run sigma {_sig(sigma)}" + (", 1 run" if n == 1 else ""), ""
+    else:
+        noise = (
+            f"t test on {dof} df: run sigma {_sig(sigma)} pooled over {_count(commits, 'commit')}; "
+            f"{_runs(n)} of this commit"
+        )
+        needed = f", {_line_text(keep_at)} needed"
     lead = f"confirmation: {subject} " if n > 1 else ""
 
     def decision(status: str, reason: str) -> Decision:
-        return Decision(status, z, n, reason, sigma, mean, best.key)
+        return Decision(status, z, n, reason, sigma, mean, best.key, dof)
 
     if ahead == 0:
         status = "keep" if keep_ties else "discard"
         return decision(status, f"{lead}ties {about}, within noise ({noise})")
-    if z >= policy.keep_line(n):
+    if z >= keep_at:
         verb = f"confirmed: {subject} beats" if n > 1 else "beats"
-        return decision("keep", f"{verb} {about} by {z:.1f} sigma ({noise})")
-    if z > policy.floor_for(n) and n < policy.max_runs:
+        return decision("keep", f"{verb} {about} by {z:.1f} sigma{needed} ({noise})")
+    if z > floor_at and n < policy.max_runs:
         if n == 1:
             return decision(
                 "candidate",
-                f"within noise of {about}: ahead by {z:.1f} sigma ({noise}): confirm with a rerun",
+                f"within noise of {about}: ahead by {z:.1f} sigma{needed} ({noise}): confirm with a rerun",
             )
         return decision(
             "candidate",
             f"{lead}is still within noise of {about}: ahead by {z:.1f} sigma, "
-            f"{policy.margin:g} needed ({noise}): confirm with another rerun",
+            f"{_line_text(keep_at)} needed ({noise}): confirm with another rerun",
         )
     if z > 0 and n > 1:
         return decision(
-            "discard", f"{lead}beats {about} by only {z:.1f} sigma, {policy.margin:g} needed ({noise})"
+            "discard", f"{lead}beats {about} by only {z:.1f} sigma, {_line_text(keep_at)} needed ({noise})"
         )
     if z > 0:
         return decision(
             "discard", f"within noise of {about}: ahead by only {z:.1f} sigma, not worth a rerun ({noise})"
         )
-    if z > -policy.margin:
+    if z > -t_line(policy.margin, dof):
         return decision("discard", f"{lead}{'is ' if n > 1 else ''}within noise of {about}: "
                         f"behind by {-z:.1f} sigma ({noise})")  # fmt: skip
     return decision("discard", f"{lead}does not beat {about}: behind by {-z:.1f} sigma ({noise})")
@@ -447,23 +592,44 @@ def assess(
     """Decide a finished run with metric `value` against the ledger `rows` (without its own row).
     A rerun (`rerun_of` = a row of the commit it repeats) pools with that commit's runs and is
     judged on the pooled mean; a rerun of a kept commit (the best's reruns) only firms up its mean
-    and is kept. The new value counts in sigma."""
+    and is kept. Sigma is pooled over every repeated commit of the fingerprint, the new value
+    included, and the decision is a one-sided t test on its degrees of freedom (`decide`). The
+    value counts as its row will hold it (LEDGER_DECIMALS), so the decision read back from the
+    ledger is the one made now."""
     _check_direction(direction)
+    value = round(value, LEDGER_DECIMALS)
     found = groups(rows, fingerprint)
     own = _group_of(found, rerun_of)
     values = [*own.values, value] if own else [value]
     lists = [g.values if g is not own else values for g in found.values()]
     if own is None:
         lists.append(values)
-    noise = pooled_sigma(lists).sigma
+    noise = pooled_sigma(lists)
     if own is not None and own.kept:  # firms up a kept commit's mean; it stays kept either way
         best = _best(found.values(), direction)
         mean = sum(values) / len(values)
         which = "the best" if best is own else "kept commit"
         reason = f"rerun of {which} #{own.key}: mean {_num(mean)} over {len(values)} runs"
-        return Decision("keep", None, len(values), reason, noise, mean, best.key if best else None)
+        return Decision(
+            "keep",
+            None,
+            len(values),
+            reason,
+            noise.sigma,
+            mean,
+            best.key if best else None,
+            noise.dof or None,
+        )
     others = [g for g in found.values() if g is not own]
-    return decide(values, _best(others, direction), noise, direction, policy=policy)
+    return decide(
+        values,
+        _best(others, direction),
+        noise.sigma,
+        direction,
+        policy=policy,
+        dof=noise.dof or None,
+        commits=noise.groups,
+    )
 
 
 def next_action(
@@ -486,7 +652,7 @@ def next_action(
             return Action(g.key, g.commit, f"#{g.key} is a candidate ({_runs(g.n)}): confirm it with a rerun")
     best = _best(found.values(), direction)
     exact = pooled_sigma([g.values for g in found.values()])
-    if exact.sigma == 0 and exact.dof >= 1:
+    if exact.sigma == 0 and exact.groups >= DETERMINISTIC_MIN_COMMITS:
         return None  # repeated runs gave identical values: a deterministic target needs no repeats
     if best and best.n < policy.best_runs and attempts.get(best.key, 0) < policy.best_runs - 1:
         return Action(
@@ -499,10 +665,10 @@ def next_action(
 
 
 def baseline_repeats_default(per_run_timeout_seconds: float | None) -> int:
-    """How often to run the baseline (and every new best): 3 times when runs are short, which gives
-    the noise estimate and a bar that is not one lucky draw (bench/bench_noise.py: measured twice,
-    the best lets only about 91% of 3-sigma gains through); once when each run takes half an hour
-    or more, or has no limit."""
+    """How often to run the baseline (and every new best): `best_runs` (4) times when runs are
+    short, which gives the noise estimate and a bar that is not one lucky draw (bench/bench_noise.py:
+    measured 3 times, the best lets at most about 93% of 3-sigma gains through under the t lines);
+    once when each run takes half an hour or more, or has no limit."""
     if per_run_timeout_seconds is None or per_run_timeout_seconds >= SHORT_RUN_SECONDS:
         return 1
     return DEFAULT_POLICY.best_runs
@@ -560,6 +726,15 @@ def _runs(n: int, lead: str = "") -> str:
 
 def _num(x: float) -> str:
     return f"{x:.6g}"
+
+
+def _line_text(line: float) -> str:
+    """A line in sigma as the reasons print it: 2.05, 4.6, 1366 (a sigma from 1 df asks that much)."""
+    return f"{line:.3g}" if line < 100 else f"{line:.0f}"
+
+
+def _count(n: int | None, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
 
 
 def _sig(x: float) -> str:
