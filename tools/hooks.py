@@ -316,7 +316,14 @@ def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
         elif item.phase.is_open:
             where = f" in {item.workdir}" if item.workdir else ""
             steps.append(f"edit the files of {item.key}{where}, then `ars exp run{slug}{flag}`")
-    if not experiments:
+    owed = None
+    if not experiments and rows:
+        from autoresearch_skills.campaign.experiment import owed_rerun
+
+        owed = owed_rerun(campaign)
+    if owed is not None:
+        steps.append(f"`ars exp rerun '#{owed.rerun_of}'{flag}` ({owed.reason})")
+    elif not experiments:
         if not rows:
             steps.append(f"`ars exp baseline{flag}` (the baseline comes first)")
         else:
@@ -378,6 +385,7 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
     folders = candidate_folders(root, cwd)
     if not folders:
         return StopDecision(False, f"no active campaign in {root / CAMPAIGNS_DIR}")
+    from autoresearch_skills.campaign import experiment as lifecycle
     from autoresearch_skills.campaign import store
 
     chained = event.get("stop_hook_active") is True
@@ -395,7 +403,10 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
         experiments = list(campaign.state.read().experiments.values())
         rows = campaign.rows()
         verdict = campaign.verdict()
-        if not verdict.should_continue:
+        # A count met leaves the reruns the noise rule owes, while time remains: the best must
+        # not rest on one draw when the agent reports it.
+        owed = lifecycle.owed_rerun(campaign) if not verdict.should_continue and not experiments else None
+        if not verdict.should_continue and owed is None:
             notes.append(f"{name}: {verdict.line}")
             continue
         key = progress_key(rows, experiments)
@@ -414,6 +425,14 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
             continue
         _write_counter(folder, {"progress": key, "blocks": blocks + 1, "gave_up": False})
         ref = campaign_ref(folder, root, cwd)
+        if owed is not None:
+            reason = (
+                f"Campaign {name}: {verdict.line}, but the noise rule still owes a rerun before the end: "
+                f"`ars exp rerun '#{owed.rerun_of}' --campaign {ref}` ({owed.reason}). Run it, then report "
+                f"the best with the number of runs it rests on. "
+                f"(autoresearch stop hook: block {blocks + 1} of {max_blocks} without progress)"
+            )
+            return StopDecision(True, reason, name, notes=notes)
         reason = (
             f"Campaign {name} is not finished: {verdict.line}. "
             f"Next: {next_step(campaign, rows, experiments, ref)}. "

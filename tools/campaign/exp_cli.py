@@ -108,6 +108,15 @@ def _report(
             click.echo("")
         _print_ended(campaign, item)
     _wrap_up_if_over(campaign)
+    for item in ended:  # a broken run is fixed (or dropped) before any noise bookkeeping
+        row = item.row
+        if row is not None and row.status in ("crash", "timeout") and not row.rerun_of:
+            slug = row.branch.rsplit("/", 1)[-1]
+            if slug != "baseline":
+                click.echo(
+                    f"next: if {slug}'s change has a bug, fix it: `ars exp retry {slug}`, edit, "
+                    f"`ars exp run {slug}`; a broken idea: move on"
+                )
     action = _next_rerun(campaign, verdict)
     if action is not None:
         click.echo(f"next: ars exp rerun '#{action.rerun_of}'  ({action.reason})")
@@ -115,10 +124,9 @@ def _report(
 
 
 def _next_rerun(campaign: Campaign, verdict):
-    """The rerun the noise rule asks for before a new experiment, while new runs may start."""
-    if not verdict.may_start():
-        return None
-    return experiment.next_rerun(campaign)
+    """The rerun the noise rule asks for: before a new experiment, and after a count stopped the
+    campaign while time remains (the best must not rest on one draw)."""
+    return experiment.owed_rerun(campaign)
 
 
 def _wrap_up_if_over(campaign: Campaign) -> None:

@@ -327,14 +327,43 @@ def best(campaign: Campaign, rows: list | None = None):
     return noise.best(rows, campaign.settings.direction)
 
 
+def _noise_action(campaign: Campaign, rows: list):
+    """The noise rule's next rerun among the rows of the latest fingerprint, or None."""
+    return noise.next_action(
+        rows, campaign.settings.direction, fingerprint=noise.latest_fingerprint(rows),
+        policy=campaign.settings.noise_policy(),
+    )  # fmt: skip
+
+
+# Stop triggers that leave time for the reruns the noise rule still owes: a count was reached,
+# not the deadline or the GPU budget. Reruns are not counted among the user's experiments.
+END_RERUN_TRIGGERS = ("max_experiments", "patience", "target")
+
+
+def owed_rerun(campaign: Campaign, state: CampaignState | None = None):
+    """The rerun owed now: while new runs may start, the noise rule's next one; once the stop
+    condition is met by a count, still the ones it owes while the time left fits a run, so a
+    campaign never ends on a best that rests on one draw. None when nothing is owed or paused."""
+    state = campaign.state.read() if state is None else state
+    if campaign.paused:
+        return None
+    verdict = campaign.verdict(state=state)
+    if not verdict.may_start() and not _time_for_one_more(verdict):
+        return None
+    return next_rerun(campaign, state=state)
+
+
+def _time_for_one_more(verdict) -> bool:
+    if verdict.should_continue or verdict.trigger not in END_RERUN_TRIGGERS:
+        return False
+    left, limit = verdict.remaining_seconds, verdict.per_run_timeout
+    return left is None or (left > 0 and (limit is None or left >= limit))
+
+
 def next_rerun(campaign: Campaign, rows: list | None = None, state: CampaignState | None = None):
     """The rerun the noise rule asks for before the next new experiment (a candidate's
     confirmation, or another run of the best), unless one for that commit is already in flight."""
-    rows = campaign.rows() if rows is None else rows
-    latest = noise.latest_fingerprint(rows)
-    action = noise.next_action(
-        rows, campaign.settings.direction, fingerprint=latest, policy=campaign.settings.noise_policy()
-    )
+    action = _noise_action(campaign, campaign.rows() if rows is None else rows)
     if action is None:
         return None
     state = campaign.state.read() if state is None else state
@@ -454,7 +483,7 @@ def request_run(
         if changed:
             _commit(campaign, state, experiment)
         verdict = campaign.verdict(state=state, exclude=experiment.key)
-        if not force and not verdict.may_start():
+        if not force and not verdict.may_start() and not _owed_at_end(campaign, state, experiment, verdict):
             raise StopConditionMet(verdict.line)
         if not force and campaign.paused:
             raise StopConditionMet(
@@ -469,6 +498,14 @@ def request_run(
         campaign.state.write(state)
         launch_queued(campaign)
         return campaign.state.read().experiments[experiment.key]
+
+
+def _owed_at_end(campaign: Campaign, state: CampaignState, experiment: Experiment, verdict) -> bool:
+    """A rerun the noise rule still owes after a count stopped the campaign may run."""
+    if not experiment.is_rerun or not _time_for_one_more(verdict):
+        return False
+    action = _noise_action(campaign, campaign.rows())
+    return action is not None and action.rerun_of == experiment.rerun_of
 
 
 def _refuse_frozen_edits(state: CampaignState, experiment: Experiment) -> None:

@@ -31,8 +31,10 @@ def wrap_up(campaign: Campaign) -> list[str]:
         lines.append(f"worktrees: removed {len(removed)}; every result stays on its branch")
     best = noise.best(campaign.rows(), campaign.settings.direction)
     if best is not None:
+        alone = " (one run: no rerun confirmed it)" if best.n == 1 else ""
         lines.append(
-            f"best: {best.describe(campaign.settings.metric)} (`git checkout {checkout_ref(campaign, best)}` to use it)"
+            f"best: {best.describe(campaign.settings.metric)}{alone} "
+            f"(`git checkout {checkout_ref(campaign, best)}` to use it)"
         )
     close_subtask(campaign.repo, campaign.verdict().line)
     return lines

@@ -238,6 +238,8 @@ class Loop:
             while True:
                 if not self.interrupts.requested and not self.exhausted and self.go_on(quiet=True):
                     self.fill_slots(policy)
+                elif not self.interrupts.requested and not self.campaign.state.read().launched:
+                    self.rerun_owed()
                 if not self.campaign.state.read().launched:
                     break
                 self.wait_for(None)
@@ -285,6 +287,23 @@ class Loop:
                 return
             if key in self.campaign.state.read().experiments:
                 self.launch(key)
+
+    def rerun_owed(self) -> None:
+        """The end of the campaign: the reruns the noise rule still owes (the best's runs, a
+        candidate's confirmation) while the stop rules leave time, so the closing line never rests
+        on one draw. A rerun that ended without a metric is not tried again."""
+        action = experiment.owed_rerun(self.campaign)
+        if action is None:
+            return
+        rows = self.campaign.rows()
+        last = next((r for r in reversed(rows) if r.rerun_of == str(action.rerun_of)), None)
+        if last is not None and last.status not in ("keep", "discard"):
+            return
+        record = experiment.reopen(self.campaign, f"#{action.rerun_of}", "rerun")
+        self.out.event(
+            "rerun", f"rerun of #{action.rerun_of} before the end: {action.reason}", key=record.key
+        )
+        self.launch(record.key)
 
     def launch(self, key: str) -> None:
         try:
