@@ -28,7 +28,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoresearch_skills import gitflow, worktreeinclude
+from autoresearch_skills import gitflow, knobs, worktreeinclude
+from autoresearch_skills.campaign import llm
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.pool import parse_devices
 from autoresearch_skills.campaign.proposals import CommandPolicy, Rejected, apply_set, knob_files, make_policy
@@ -231,6 +232,9 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
     if not isinstance(config, dict) or not POLICY["kind"].kind.test(config.get("kind")):
         return  # reported as a missing key or a type problem
     result.checked.append(f"policy {config['kind']}")
+    if config["kind"] in llm.KINDS:
+        _check_llm_policy(config, repo, where, result)
+        return
     try:
         policy = make_policy(config, set())
     except BadInput as err:
@@ -281,6 +285,46 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
             except Rejected as err:
                 refused.add(name)
                 result.problems.append(f"{where}: policy: {label}: {err}")
+
+
+def _check_llm_policy(config: dict, repo: Path, where: str, result: Validation) -> None:
+    """The endpoint (model, URL, the key's variable set, the SDK installed), the program, and the
+    knobs the model may set, without calling the model."""
+    result.checked.append("policy endpoint")
+    result.problems += [f"{where}: {problem}" for problem in llm.policy_problems(config)]
+    program = config.get("program", "program.md")
+    if isinstance(program, str):
+        result.checked.append(f"policy.program {program}")
+        if not (repo / program).is_file():
+            line = f"{where}: `policy.program` names {program}, which does not exist in {repo}"
+            if "program" in config:
+                result.problems.append(line)
+            else:
+                result.warnings.append(line + ": the model gets no research program")
+    mutable = config.get("mutable") if POLICY["mutable"].kind.test(config.get("mutable")) else []
+    files = knob_files(mutable, lambda path: _mutable_source(repo, path))
+    space = config.get("space") if isinstance(config.get("space"), dict) else {}
+    if config["kind"] != "llm_diff" and mutable and not files and not space and not config.get("args"):
+        result.problems.append(
+            f"{where}: policy: the model sets knobs, but the campaign names no mutable Python, YAML, JSON or "
+            "TOML file (`policy.mutable`) and no `policy.args`"
+        )
+    for name in space:
+        try:
+            knobs.locate(name, files)
+        except knobs.KnobError as err:
+            result.problems.append(f"{where}: policy.space: {err}")
+    calls = (
+        config.get("required_calls")
+        if POLICY["required_calls"].kind.test(config.get("required_calls"))
+        else []
+    )
+    for name in calls:
+        texts = {path: _mutable_source(repo, path) or "" for path in mutable}
+        if not any(llm.calls_to(name, text, path) for path, text in texts.items()):
+            result.warnings.append(
+                f"{where}: `policy.required_calls` names {name}, which no mutable file calls: nothing keeps it"
+            )
 
 
 def _first(items, limit: int):

@@ -300,18 +300,28 @@ SETTINGS: dict[str, Key] = {k.name: k for k in [
 ]}
 
 POLICY: dict[str, Key] = {k.name: k for k in [
-    Key("kind", choice("queue", "grid", "random", "command"), None, "queue, grid, random or command", required=True, where="file"),
+    Key("kind", choice("queue", "grid", "random", "command", "llm", "llm_diff", "hybrid"), None, "queue, grid, random, command; llm (a model proposes knob values), llm_diff (a model proposes diffs), hybrid (knob values, then diffs when the campaign stalls)", required=True, where="file"),
     Key("queue", policy_queue(), [], "queue: the hypotheses, in order", where="file"),
-    Key("space", mapping(), {}, "grid and random: knobs of the mutable files and their values: a top-level Python name as written (learning_rate), a dotted YAML/JSON/TOML key (optimizer.lr); `file:name` when several files hold it", where="file"),
-    Key("args", mapping(), {}, "grid and random: command-line arguments and their values, written into the command (`args_style`)", where="file"),
+    Key("space", mapping(), {}, "grid, random, llm, hybrid: knobs of the mutable files and their values: a top-level Python name as written (learning_rate), a dotted YAML/JSON/TOML key (optimizer.lr); `file:name` when several files hold it; llm without a space: any knob of the mutable files", where="file"),
+    Key("args", mapping(), {}, "grid, random, llm, hybrid: command-line arguments and their values, written into the command (`args_style`)", where="file"),
     Key("samples", integer(1), 8, "random: how many draws", where="file"),
     Key("seed", integer(), 0, "random: the seed of the draws", where="file"),
     Key("command", command_line(), None, "command: the external proposer (JSON in on stdin, one proposal out)", where="file"),
-    Key("program", text(), "program.md", "command: the research program the proposer reads", where="file"),
+    Key("program", text(), "program.md", "command, llm, llm_diff, hybrid: the research program the proposer reads", where="file"),
     Key("timeout", number(above=0), 900.0, "command: seconds the proposer may think", where="file"),
     Key("mutable", paths(), [], "the only files proposals may change; `set:` and `space:` knobs are looked up in all of them", where="file"),
     Key("frozen", paths(), [], "files proposals may never change", where="file"),
     Key("parent", text(), "best", "where each experiment branches from: best, baseline or a git ref", where="file"),
+    Key("model", text(), None, "llm, llm_diff, hybrid (required): the model name the OpenAI-compatible endpoint serves", where="file"),
+    Key("base_url", text(), None, "llm, llm_diff, hybrid: the endpoint, e.g. http://localhost:8000/v1 (vLLM), http://localhost:11434/v1 (Ollama); default OPENAI_BASE_URL, then OpenAI's", where="file"),
+    Key("api_key_env", text(), "OPENAI_API_KEY", "llm, llm_diff, hybrid: the environment variable holding the endpoint's key (its name only: the key is never written anywhere)", where="file"),
+    Key("request_timeout", number(above=0), 300.0, "llm, llm_diff, hybrid: seconds one request to the model may take", where="file"),
+    Key("request_retries", integer(0), 3, "llm, llm_diff, hybrid: retries of a request answered 408, 409, 429 or 5xx, refused or timed out, with backoff", where="file"),
+    Key("temperature", number(at_least=0), None, "llm, llm_diff, hybrid: the sampling temperature (default: the server's)", where="file"),
+    Key("required_calls", Kind(lambda v: isinstance(v, list) and all(isinstance(c, str) and c.strip() for c in v), "a list of call names, e.g. [print, evaluate_bpb]", form="paths", py="list"), [], "llm_diff, hybrid: calls a diff may not remove (the metric's print, the evaluation)", where="file"),
+    Key("max_diff_lines", integer(1), 200, "llm_diff, hybrid: the most lines (added plus removed) one diff may change", where="file"),
+    Key("stall_threshold", integer(1), 4, "hybrid: rows since the best before the model proposes diffs instead of knob values", where="file"),
+    Key("max_rejected_diffs", integer(1), 3, "hybrid: diffs rejected in a row before it goes back to knob values", where="file"),
 ]}
 # fmt: on
 
