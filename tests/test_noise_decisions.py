@@ -4,6 +4,9 @@ fingerprint are never ranked together. Real runs of a fake target whose values t
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,3 +105,58 @@ def test_rows_of_another_fingerprint_are_flagged_and_never_ranked_together(repo:
     assert row.fingerprint and row.fingerprint != rows(repo)[0].fingerprint
     assert "not comparable with #1" in row.flags and "command" in row.flags
     assert row.status == "keep" and "first result" in out  # 1.5 is not compared with 1.0
+
+
+def test_reruns_still_owed_when_the_count_ends_the_campaign_run_before_the_end(repo: Path, tmp_path: Path):
+    """The count ends the campaign with a new best resting on one run: the next: line, the Stop
+    hook and the refusal rule all let its owed rerun run while time remains, then let go."""
+    env = dice(tmp_path, 1.00, 1.02, 0.50, 0.51)
+    ars(repo, "campaign", "init", "n", "--metric", "val_bpb", "--direction", "min", "--baseline-repeats", "2",
+        "--command", f"{sys.executable} train.py", "--stop", "2 experiments, 1m each", env=env)  # fmt: skip
+    ars(repo, "exp", "baseline", env=env)
+    out = hypothesis(repo, env)
+    assert "stop condition met: 2/2 attempted" in out
+    assert "next: ars exp rerun '#2'" in out  # the new best has 1 of its 2 runs
+    event = {"cwd": str(repo), "hook_event_name": "Stop", "stop_hook_active": False}
+    held = subprocess.run(
+        [sys.executable, "-m", "autoresearch_skills.cli", "hook", "stop"],
+        input=json.dumps(event), capture_output=True, text=True, env={**os.environ, **env}, timeout=60,
+    )  # fmt: skip
+    assert json.loads(held.stdout)["decision"] == "block" and "ars exp rerun '#2'" in held.stdout
+    confirmed = ars(repo, "exp", "rerun", "#2", env=env).stdout  # allowed after the count
+    assert rows(repo)[-1].rerun_of == "2" and "next: ars exp rerun" not in confirmed
+    assert "mean of 2 runs" in confirmed
+    let_go = subprocess.run(
+        [sys.executable, "-m", "autoresearch_skills.cli", "hook", "stop"],
+        input=json.dumps(event), capture_output=True, text=True, env={**os.environ, **env}, timeout=60,
+    )  # fmt: skip
+    assert let_go.stdout.strip() == ""
+    refused = ars(repo, "exp", "rerun", "#2", env=env, code=1)  # nothing owed: the count holds
+    assert "stop condition met" in refused.stderr + refused.stdout
+
+
+def test_after_a_crash_next_names_the_fix_path_before_any_rerun(repo: Path, tmp_path: Path):
+    env = dice(tmp_path, 1.00, 1.02)
+    init(repo, env)
+    ars(repo, "exp", "baseline", env=env)
+    ars(repo, "exp", "start", "broken", "-m", "a typo", env=env)
+    (repo / "train.py").write_text(TRAIN + "raise SystemExit(3)\n")
+    out = ars(repo, "exp", "run", env=env).stdout
+    lines = [line for line in out.splitlines() if line.startswith("next:")]
+    assert lines and "ars exp retry broken" in lines[0]
+
+
+def test_the_loop_runs_the_owed_reruns_of_the_best_before_it_ends(repo: Path, tmp_path: Path):
+    env = dice(tmp_path, 1.00, 1.02, 0.50, 0.51)
+    config = {
+        "name": "n", "metric": "val_bpb", "direction": "min", "command": f"{sys.executable} train.py",
+        "launcher": "local", "stop": "2 experiments, 1m each", "baseline_repeats": 2,
+        "policy": {"kind": "queue", "mutable": ["train.py"],
+                   "queue": [{"slug": "idea", "description": "an idea", "set": {"IDEA": 1}}]},
+    }  # fmt: skip
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump(config))
+    out = ars(repo, "campaign", "run", str(tmp_path / "campaign.yaml"), env=env).stdout
+    assert "rerun of #2 before the end" in out
+    table = rows(repo)
+    assert [(r.index, r.rerun_of) for r in table] == [(0, ""), (1, "0"), (2, ""), (3, "2")]
+    assert "best: #2 keep val_bpb 0.505000 (mean of 2 runs: #2, #3)" in out

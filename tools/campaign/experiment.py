@@ -483,7 +483,8 @@ def request_run(
         if changed:
             _commit(campaign, state, experiment)
         verdict = campaign.verdict(state=state, exclude=experiment.key)
-        if not force and not verdict.may_start() and not _owed_at_end(campaign, state, experiment, verdict):
+        owed = not verdict.may_start() and _owed_at_end(campaign, state, experiment, verdict)
+        if not force and not verdict.may_start() and not owed:
             raise StopConditionMet(verdict.line)
         if not force and campaign.paused:
             raise StopConditionMet(
@@ -494,7 +495,7 @@ def request_run(
             raise BadInput(f"experiment {experiment.key!r} has no change yet: {what}")
         _refuse_frozen_edits(state, experiment)
         experiment.phase, experiment.queued_at = Phase.QUEUED, now_iso()
-        experiment.requested_timeout, experiment.forced = timeout, force
+        experiment.requested_timeout, experiment.forced = timeout, force or owed
         campaign.state.write(state)
         launch_queued(campaign)
         return campaign.state.read().experiments[experiment.key]
