@@ -89,17 +89,16 @@ description: a lower learning rate
 ```
 """
 
+# no context and a wrong line number: git refuses it as written; the policy places the hunk
 DIFF_SYNTAX = """\
 slug: broken
 description: a typo
 ```diff
 --- a/train.py
 +++ b/train.py
-@@ -2,3 +2,3 @@
- LR = 0.01               # learning rate
+@@ -7 +7 @@
 -WIDTH = 64              # model width
 +WIDTH = (64             # model width
- if WIDTH % 2:
 ```
 """
 
@@ -612,3 +611,14 @@ def test_the_call_log_format_is_documented():
     documented = llm_endpoint.__doc__
     line = json.loads(llm_endpoint.Call("t", "llm", "parameters", 1, False, "m").line())
     assert all(f"\n    {name} " in documented for name in line)
+
+
+def test_a_hunk_with_wrong_line_numbers_is_placed_where_its_lines_match():
+    hunk = "--- a/train.py\n+++ b/train.py\n@@ -40,1 +40,1 @@\n-WIDTH = 64              # model width\n+WIDTH = 96              # model width\n"  # fmt: skip
+    rebuilt = llm.rebuild_patch(llm.normalize_patch(hunk), {"train.py": TRAIN}.get)
+    assert "@@ -1,6 +1,6 @@\n import os, sys, time\n LR = 0.01" in rebuilt
+    assert "-WIDTH = 64              # model width\n+WIDTH = 96              # model width\n" in rebuilt
+    unplaced = hunk.replace("WIDTH = 64 ", "WIDTH = 65 ")
+    assert llm.rebuild_patch(llm.normalize_patch(unplaced), {"train.py": TRAIN}.get) == llm.normalize_patch(
+        unplaced
+    )

@@ -41,10 +41,11 @@ runs is judged by the run, as for any proposal.
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from pathlib import Path
 
@@ -267,14 +268,16 @@ class LlmPolicy(Policy):
 
     def _diff_proposal(self, text: str, context: dict) -> Proposal:
         answer = diff_answer(text)
-        patch = normalize_patch(answer["patch"])
+        repo, parent = Path(context["workdir"]), context["parent_commit"]
+        patch = rebuild_patch(
+            normalize_patch(answer["patch"]), lambda path: committed_text(repo, parent, path)
+        )
         changed = changed_lines(patch)
         if changed > self.max_diff_lines:
             raise Rejected(
                 f"the diff changes {changed} lines, more than `max_diff_lines` ({self.max_diff_lines}): "
                 "propose a smaller change"
             )
-        repo, parent = Path(context["workdir"]), context["parent_commit"]
         mutable, frozen = list(context["mutable_files"]), list(context["frozen_files"])
         paths = check_patch(repo, parent, patch, mutable, frozen)
         after = patched_texts(repo, parent, patch, paths)
@@ -581,6 +584,53 @@ def normalize_patch(patch: str) -> str:
         new = sum(1 for b in body if b[:1] in (" ", "+"))
         out += [f"@@ -{hunk[1]},{old} +{hunk[2]},{new} @@{hunk[3]}", *body]
     return "\n".join(out) + "\n"
+
+
+def rebuild_patch(patch: str, read: Callable[[str], str | None]) -> str:
+    """The diff made again from the parent's text: each hunk's old lines are found where they
+    match (nearest the line its header names), replaced by its new lines, and the files compared
+    anew with three lines of context. This takes the hunks a model writes with wrong line numbers
+    or no context at all, which git refuses. Anything it cannot place for certain (an old block
+    not found, a pure insertion without context, a new, deleted or renamed file, a last line
+    without a newline) leaves the patch as it was, for `check_patch` to judge."""
+    files = _hunks_by_file(patch)
+    if not files:
+        return patch
+    out: list[str] = []
+    for path, hunks in files:
+        text = read(path)
+        if text is None or (text and not text.endswith("\n")):
+            return patch
+        original = text.splitlines(keepends=True)
+        lines, shift = list(original), 0
+        for hint, body in hunks:
+            old = [b[1:] + "\n" for b in body if b[:1] in (" ", "-")]
+            new = [b[1:] + "\n" for b in body if b[:1] in (" ", "+")]
+            places = [n for n in range(len(lines) - len(old) + 1) if lines[n : n + len(old)] == old]
+            if not old or not places:
+                return patch
+            at = min(places, key=lambda n: abs(n - (hint - 1 + shift)))
+            lines[at : at + len(old)] = new
+            shift += len(new) - len(old)
+        out += difflib.unified_diff(original, lines, f"a/{path}", f"b/{path}")
+    return "".join(out) or patch
+
+
+def _hunks_by_file(patch: str) -> list[tuple[str, list[tuple[int, list[str]]]]]:
+    """[(path, [(old start, body lines)])] of a normalized patch; [] for a form not rebuilt."""
+    files: list[tuple[str, list[tuple[int, list[str]]]]] = []
+    lines = patch.splitlines()
+    for n, line in enumerate(lines):
+        if _file_header(lines, n) and line.startswith("--- "):
+            old, new = line[4:].strip(), lines[n + 1][4:].strip()
+            if "/dev/null" in (old, new) or old[2:] != new[2:]:
+                return []
+            files.append((new[2:], []))
+        elif HUNK.match(line) and files:
+            files[-1][1].append((int(HUNK.match(line)[1]), []))
+        elif files and files[-1][1] and line[:1] in (" ", "-", "+"):
+            files[-1][1][-1][1].append(line)
+    return files
 
 
 def _file_header(lines: list[str], n: int) -> bool:
