@@ -89,7 +89,7 @@ max_commit_mb: 5
 
 
 # Keys added since, after the released ones: a released file lacks them and gets their defaults.
-ADDED_KEYS = ["pattern", "worktree_include", "carry_copy_mb", "args_style"]
+ADDED_KEYS = ["pattern", "worktree_include", "carry_copy_mb", "args_style", "ray_address", "ray_working_dir"]
 
 
 def test_settings_fields_are_the_released_keys_in_the_released_order():
@@ -151,7 +151,7 @@ def test_init_has_one_option_per_settable_key_with_its_help_and_default():
     spelled = [opt for p in init_cmd.params for opt in (*p.opts, *p.secondary_opts)]
     assert [o for o in RELEASED_OPTIONS if o not in spelled] == []
     assert options["frozen"].multiple and options["gpus_per_run"].type.min == 1
-    assert list(options["launcher"].type.choices) == ["local", "tmux", "slurm"]
+    assert list(options["launcher"].type.choices) == ["local", "tmux", "slurm", "ray"]
     file_only = {k.name for k in SETTINGS.values() if not k.options and not k.internal}
     assert {"policy", "watch", "metric_source"} <= file_only
 
@@ -160,7 +160,10 @@ def test_init_help_shows_the_declared_help_and_defaults(tmp_path: Path):
     shown = " ".join(ars(tmp_path, "campaign", "init", "--help").stdout.split())
     assert "--keep-sessions INTEGER RANGE tmux sessions of the latest finished runs left open" in shown
     assert "[default: 5; x>=0]" in shown
-    assert "--launcher [local|tmux|slurm] where runs start: local, tmux or slurm [default: local]" in shown
+    assert (
+        "--launcher [local|tmux|slurm|ray] where runs start: local, tmux, slurm or ray [default: local]"
+        in shown
+    )
     assert "--require-baseline / --no-require-baseline" in shown
 
 

@@ -12,9 +12,10 @@ COUNT (`4`, "4": Slurm's --gpus=4; a pool of devices 0-3); a list or range names
 `cuda:4`, `gpu4`) are refused with the one that says it.
 
 With `gpus` set, `parallel` defaults to how many runs fit in the pool (8 // 2 = 4 here), and may
-not exceed it. Without `gpus`, slots are plain process slots (CPU jobs, or Slurm jobs that ask
-Slurm for their GPUs). On Slurm the pool bounds concurrent jobs and each job asks for
-`gpus_per_run` GPUs through sbatch, never through CUDA_VISIBLE_DEVICES.
+not exceed it. Without `gpus`, slots are plain process slots (CPU jobs, or cluster jobs that ask
+their scheduler for GPUs). On a cluster (Slurm, Ray) the pool bounds concurrent jobs and each job
+asks for `gpus_per_run` GPUs (sbatch --gpus, Ray's entrypoint_num_gpus); the cluster places it and
+sets CUDA_VISIBLE_DEVICES, never the pool.
 
 The pool holds no state of its own: what is taken is read from the in-flight experiments
 (`slot` and `devices` in state.json), so a resumed process sees exactly what is still held.
@@ -26,6 +27,8 @@ import re
 from dataclasses import dataclass
 
 from autoresearch_skills.errors import BadInput
+
+CLUSTER_LAUNCHERS = frozenset({"slurm", "ray"})  # they place runs on GPUs themselves
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class Pool:
             per_run = _positive_int(gpus_per_run, "gpus_per_run")
         else:
             per_run = 1 if devices else 0
-        if devices and launcher != "slurm":
+        if devices and launcher not in CLUSTER_LAUNCHERS:
             fits = len(devices) // per_run
             if fits < 1:
                 raise BadInput(
@@ -70,13 +73,14 @@ class Pool:
 
     @property
     def pins_devices(self) -> bool:
-        """Whether runs get CUDA_VISIBLE_DEVICES from the pool (never on Slurm)."""
-        return bool(self.gpus) and self.launcher != "slurm"
+        """Whether runs get CUDA_VISIBLE_DEVICES from the pool (never on Slurm or Ray)."""
+        return bool(self.gpus) and self.launcher not in CLUSTER_LAUNCHERS
 
     @property
     def slurm_gpus(self) -> int:
-        """GPUs each Slurm job asks sbatch for (0: none asked)."""
-        return self.gpus_per_run if self.launcher == "slurm" else 0
+        """GPUs each cluster job asks its scheduler for: sbatch on Slurm, entrypoint_num_gpus on
+        Ray (0: none asked). The launch step passes it as the run's `gpus` resource."""
+        return self.gpus_per_run if self.launcher in CLUSTER_LAUNCHERS else 0
 
     def grant(self, taken: list, gpus: int | None = None) -> Grant | None:
         """A free slot (and its devices) given what the runs in flight hold (anything with `slot`
@@ -101,6 +105,8 @@ class Pool:
                 f"{self.parallel} slot(s), GPUs {','.join(map(str, self.gpus))}, "
                 f"{self.gpus_per_run} per run (CUDA_VISIBLE_DEVICES)"
             )
+        if self.slurm_gpus and self.launcher == "ray":
+            return f"{self.parallel} concurrent Ray job(s), {self.gpus_per_run} GPU(s) each (entrypoint_num_gpus)"
         if self.slurm_gpus:
             return f"{self.parallel} concurrent Slurm job(s), {self.gpus_per_run} GPU(s) each through sbatch"
         return f"{self.parallel} slot(s)"

@@ -265,7 +265,7 @@ SETTINGS: dict[str, Key] = {k.name: k for k in [
     Key("folder", folder(), None, f"campaign folder (default {CAMPAIGNS_DIR.as_posix()}/<name>)", stored=False, flags=("--dir",)),
     Key("created_at", text(), None, "when the campaign started (the deadline is fixed from it)", written=True, internal=True),
     Key("preset", choice(*PRESETS), "karpathy", "how the metric is read from the run log; a name the preset does not know is found as the log prints it (`val loss 2.40`)"),
-    Key("launcher", lazy_choice(launchers, "one of local, tmux, slurm"), "local", "where runs start: local, tmux or slurm"),
+    Key("launcher", lazy_choice(launchers, "one of local, tmux, slurm, ray"), "local", "where runs start: local, tmux, slurm or ray"),
     Key("stop_text", Kind(lambda v: isinstance(v, str), "a text"), "", "the stop rules as the user wrote them", internal=True),
     Key("stop", stop_rules(), {}, 'stop rules in words ("24 experiments or 6h total, 10m each") or, in a file, a mapping; none: baseline plus three, then stop'),
     Key("strategy", choice("branches", "ratchet"), "branches", "branches: one branch per hypothesis; ratchet: one branch reset on discard (only when asked for)"),
@@ -282,8 +282,8 @@ SETTINGS: dict[str, Key] = {k.name: k for k in [
     Key("partition", slurm_value(), None, "Slurm: the partition (sbatch --partition)"),
     Key("mem", slurm_value(), None, "Slurm: memory per run (sbatch --mem), e.g. 64G"),
     Key("cpus", slurm_value(), None, "Slurm: CPUs per run (sbatch --cpus-per-task)"),
-    Key("baseline_repeats", integer(1), None, "baseline runs, to measure the noise between identical runs (default 3 when runs are under 30 min, else 1); every new best is run as often"),
-    Key("noise_margin", number(above=0), None, "a pooled mean is kept when it leads the best by this many sigma of the difference (default 1.75)"),
+    Key("baseline_repeats", integer(1), None, "baseline runs, to measure the noise between identical runs (default 4 when runs are under 30 min, else 1); every new best is run as often"),
+    Key("noise_margin", number(above=0), None, "a pooled mean of 2 runs is kept when it leads the best by this many sigma of the difference, 0.15 less per further run, as a Student t line at sigma's degrees of freedom (default 2.5)"),
     Key("comparable_margin", number(at_least=0), 0.2, "how far (as a fraction) steps or throughput may differ from the parent's for rows to be ranked together"),
     Key("frozen", paths(), [], "files no experiment may change (the evaluation, e.g. prepare.py)"),
     Key("mutable", paths(), [], "the only files experiments may change; the loop's proposals follow `policy.mutable`", where="file"),
@@ -297,6 +297,8 @@ SETTINGS: dict[str, Key] = {k.name: k for k in [
     Key("worktree_include", paths(), [], "gitignore patterns of ignored files (prepared data, .env, tokenizers) carried into every experiment's worktree, as .worktreeinclude lines are", flags=("--worktree-include", "--include")),
     Key("carry_copy_mb", number(at_least=0), 100, "carried files up to this many MB are copied into a worktree where the filesystem cannot clone them; bigger ones are hard links to one read-only snapshot"),
     Key("args_style", choice("flags", "hydra"), "flags", "how `args:` knobs are written into the command: flags (--lr=0.002) or hydra (optimizer.lr=0.002), at `${args}` or at the end"),
+    Key("ray_address", text(), None, "Ray: the cluster runs are submitted to as Ray jobs (http://HEAD:8265, HEAD:6379, ray://...); unset: RAY_ADDRESS, then the cluster started on this machine"),
+    Key("ray_working_dir", choice("shared", "upload"), None, "Ray: shared (the cluster sees this file system: runs `cd <workdir> && <command>`) or upload (the checkout ships as the job's runtime_env working_dir); unset: shared for a cluster on this machine, else upload"),
 ]}
 
 POLICY: dict[str, Key] = {k.name: k for k in [

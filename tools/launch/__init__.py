@@ -7,7 +7,8 @@
     run = load_run("runs/lr.log")                        # later, from any process
 
 Launchers load by name on first use, and importing this package loads nothing else (the tmux
-waiter imports it on every call). A Slurm launcher registers the same way.
+waiter imports it on every call). The Slurm and Ray launchers register the same way; Ray's own
+client is imported only when a Ray run is started or judged.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ LAUNCHERS: dict[str, str] = {
     "local": "autoresearch_skills.launch.local:LocalLauncher",
     "tmux": "autoresearch_skills.launch.tmux:TmuxLauncher",
     "slurm": "autoresearch_skills.launch.slurm:SlurmLauncher",
+    "ray": "autoresearch_skills.launch.ray:RayLauncher",  # Ray Jobs; needs the `ray` extra
 }
 
 
@@ -45,7 +47,8 @@ def register_launcher(name: str, target: str) -> None:
 
 
 def get_launcher(name: str, **options: object) -> Launcher:
-    """A launcher by name; `socket=` picks the tmux server (`-L` name, or `-S` path with a `/`)."""
+    """A launcher by name; `socket=` picks the tmux server (`-L` name, or `-S` path with a `/`);
+    `address=` and `working_dir=` the Ray cluster and how the run's files reach it."""
     if name not in LAUNCHERS:
         from autoresearch_skills.errors import BadInput
 

@@ -1,0 +1,439 @@
+"""The Ray Jobs launcher against a real Ray head on this machine, with 4 logical GPUs.
+
+One head serves the whole test run, whatever the number of pytest-xdist workers: the first
+worker that needs it starts it (`ray start --head`, loopback only, a private --temp-dir), the
+last one to finish stops it (`ray stop --force`). Where Ray is not installed or the head cannot
+start, the tests that need it skip with the reason; tests of our own checks run everywhere.
+Only the placement test asks for GPUs, so another test running beside it cannot take them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from launch_helpers import TREE_SIZE, make_tree, read_pids, survivors, wait_until
+from repo_helpers import ars, make_repo
+
+from autoresearch_skills import ledger, metrics
+from autoresearch_skills.campaign.pool import Pool
+from autoresearch_skills.errors import BadInput
+from autoresearch_skills.launch import LAUNCHERS, get_launcher, load_run
+from autoresearch_skills.launch import ray as ray_launcher
+from autoresearch_skills.launch.base import Run, RunSpec
+
+RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+HEAD_START = 90  # seconds for `ray start --head` on a loaded 2-core machine (about 11 s idle)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _start_head(shared: Path) -> dict:
+    if RAY is None:
+        return {"skip": "Ray is not installed: pip install -e '.[ray]'"}
+    try:
+        import ray.job_submission  # noqa: F401
+    except ImportError as err:
+        return {"skip": f"Ray's job client does not import ({err}): pip install -e '.[ray]'"}
+    temp = Path(f"/tmp/ars-ray-{uuid.uuid4().hex[:8]}")  # short: Ray's socket paths must fit 107 bytes
+    port, dashboard = _free_port(), _free_port()
+    argv = [RAY, "start", "--head", "--num-cpus", "2", "--num-gpus", "4", "--disable-usage-stats",
+            "--node-ip-address", "127.0.0.1", "--port", str(port), "--dashboard-host", "127.0.0.1",
+            "--dashboard-port", str(dashboard), "--include-dashboard", "true", "--temp-dir", str(temp)]  # fmt: skip
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=HEAD_START)
+    except subprocess.TimeoutExpired:
+        return {"skip": f"`ray start --head` did not finish in {HEAD_START}s", "temp": str(temp)}
+    if result.returncode != 0:
+        return {"skip": f"`ray start --head` failed: {(result.stderr or result.stdout).strip()[-400:]}"}
+    address = f"http://127.0.0.1:{dashboard}"
+    info: dict = {}
+    give_up = time.monotonic() + 60
+    while time.monotonic() < give_up and not info.get("gpus_total"):
+        info = ray_launcher.cluster_info(address)  # the head reports its resources a few seconds in
+        time.sleep(0.5)
+    if not info.get("reachable"):
+        return {"skip": f"the Ray head started but its dashboard does not answer: {info.get('why')}"}
+    return {"address": address, "temp": str(temp)}
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory) -> str:
+    """The dashboard address of the one head of this test run (shared by the xdist workers)."""
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every xdist worker
+    state_file, users = shared / "ray-head.json", shared / "ray-head.users"
+    with _locked(shared / "ray-head.lock"):
+        if not state_file.exists():
+            state_file.write_text(json.dumps(_start_head(shared)))
+        head = json.loads(state_file.read_text())
+        if "address" in head:
+            with open(users, "a") as listed:
+                listed.write(f"{os.getpid()}\n")
+    if "skip" in head:
+        pytest.skip(head["skip"])
+    yield head["address"]
+    with _locked(shared / "ray-head.lock"):
+        left = [line for line in users.read_text().split() if line != str(os.getpid())]
+        users.write_text("".join(f"{pid}\n" for pid in left))
+        if not left:  # the last worker out stops the head
+            subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+            shutil.rmtree(head["temp"], ignore_errors=True)
+
+
+@pytest.fixture
+def launcher(ray_head: str):
+    return get_launcher("ray", address=ray_head)
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:6]}"
+
+
+def ray_jobs(address: str, prefix: str) -> list:
+    from ray.job_submission import JobSubmissionClient
+
+    return [j for j in JobSubmissionClient(address).list_jobs() if (j.submission_id or "").startswith(prefix)]
+
+
+# -- the cluster, job by job -------------------------------------------------------
+
+
+def test_a_job_exits_with_its_code_its_log_streamed_and_its_metric_read(launcher, ray_head, tmp_path):
+    code = "import os; print('step 1 | val_bpb:', 1.25); print('cwd', os.getcwd(), os.environ['EXTRA']); raise SystemExit(3)"
+    spec = RunSpec(command=[sys.executable, "-c", code], log_path=tmp_path / "logs" / "ok.log", cwd=tmp_path,
+                   env={"EXTRA": "it's $HOME; `quoted`"}, timeout=60, name=unique("ok"))  # fmt: skip
+    (tmp_path / "logs").mkdir()
+    run = launcher.start(spec)
+    assert run.run_id.startswith("ars-ok-") and run.extra["working_dir"] == "shared"
+    state = launcher.wait(run, 60)
+    assert (state.name, state.exit_code, state.shell_status) == ("exited", 3, 3)
+    log = spec.log_path.read_text()
+    assert log.splitlines()[0] == f"ars: ray job {run.run_id} at {ray_head}, working dir: shared ({tmp_path})"
+    assert f"cwd {tmp_path} it's $HOME; `quoted`" in log and log.rstrip().endswith("ars-exit: 3")
+    assert [s.value for s in metrics.extract(spec.log_path, "karpathy")] == [1.25]
+    [job] = ray_jobs(ray_head, run.run_id)
+    assert (job.status, job.driver_exit_code) == ("FAILED", 3)
+    shown = subprocess.run([sys.executable, "-m", "autoresearch_skills.cli", "status", run.run_id, "--json"],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert json.loads(shown.stdout)["state"] == "exited" and shown.returncode == 1
+
+
+def test_a_crash_by_signal_is_exited_137_and_a_python_error_keeps_its_traceback(launcher, tmp_path):
+    killed = launcher.start(RunSpec(command="echo 'step 1'; kill -9 $$", log_path=tmp_path / "k.log",
+                                    cwd=tmp_path, timeout=60, name=unique("crash")))  # fmt: skip
+    broken = launcher.start(RunSpec(command=[sys.executable, "-c", "1/0"], log_path=tmp_path / "e.log",
+                                    cwd=tmp_path, timeout=60, name=unique("error")))  # fmt: skip
+    assert launcher.wait(killed, 60).exit_code == 137
+    assert launcher.wait(broken, 60).exit_code == 1
+    assert "ZeroDivisionError" in (tmp_path / "e.log").read_text()
+
+
+def test_cancel_stops_the_job_and_every_process_of_its_tree(launcher, ray_head, tmp_path):
+    command, pidfile = make_tree(tmp_path)
+    run = launcher.start(RunSpec(command=command, log_path=tmp_path / "c.log", cwd=tmp_path, timeout=120,
+                                 grace=1, name=unique("cancel")))  # fmt: skip
+    wait_until(lambda: len(read_pids(pidfile)) == TREE_SIZE, 60, "the tree to start")
+    assert launcher.status(run).name == "running"
+    state = launcher.cancel(run)
+    assert (state.name, state.detail) == ("cancelled", "cancelled (ray job stop)")
+    assert wait_until(lambda: not survivors(read_pids(pidfile)), 15, "the tree to go")
+    assert [j.status for j in ray_jobs(ray_head, run.run_id)] == ["STOPPED"]
+    assert load_run(str(tmp_path / "c.log")).state == "cancelled"
+
+
+def test_the_time_limit_stops_the_job_even_with_nobody_waiting(launcher, ray_head, tmp_path):
+    run = launcher.start(RunSpec(command="echo started; sleep 60", log_path=tmp_path / "t.log", cwd=tmp_path,
+                                 timeout=3, grace=1, name=unique("timeout")))  # fmt: skip
+    # Nobody polls: the follower alone stops the job at its deadline.
+    wait_until(
+        lambda: [j.status for j in ray_jobs(ray_head, run.run_id)] == ["STOPPED"], 30, "Ray to stop it"
+    )
+    state = launcher.status(run)
+    assert (state.name, state.shell_status) == ("timeout", 124)
+    assert "started" in (tmp_path / "t.log").read_text()
+
+
+def test_two_jobs_of_2_gpus_get_disjoint_devices_and_a_third_waits_pending(launcher, tmp_path):
+    release = tmp_path / "release"
+    command = f"echo CVD=$CUDA_VISIBLE_DEVICES; while [ ! -e {release} ]; do sleep 0.2; done"
+    runs = [
+        launcher.start(
+            RunSpec(
+                command=command,
+                log_path=tmp_path / f"g{i}.log",
+                cwd=tmp_path,
+                timeout=120,
+                name=unique(f"gpu{i}"),
+                resources={"gpus": "2"},
+            )
+        )  # fmt: skip
+        for i in range(3)
+    ]
+
+    def devices(i: int) -> str:
+        lines = [
+            line for line in (tmp_path / f"g{i}.log").read_text().splitlines() if line.startswith("CVD=")
+        ]
+        return lines[0][4:] if lines else ""
+
+    wait_until(lambda: devices(0) and devices(1), 60, "two jobs to run")
+    assert sorted(devices(0).split(",") + devices(1).split(",")) == ["0", "1", "2", "3"]
+    time.sleep(1.0)
+    third = launcher.status(runs[2])
+    assert third.name == "pending" and third.detail.startswith("waiting for Ray to place it (2 GPU(s) asked)")
+    release.touch()
+    assert [launcher.wait(run, 60).name for run in runs] == ["exited"] * 3
+    assert len(devices(2).split(",")) == 2
+
+
+def test_upload_ships_the_checkout_without_git_and_runs_in_its_subfolder(ray_head, tmp_path):
+    repo = make_repo(
+        tmp_path / "repo", {"train.py": "import os; print('here', os.getcwd(), os.path.exists('../.git'))\n"}
+    )
+    (repo / "sub").mkdir()
+    (repo / "train.py").rename(repo / "sub" / "train.py")
+    with open(repo / "big.bin", "wb") as big:
+        big.truncate(int(ray_launcher.UPLOAD_FILE_MB * 1024 * 1024) + 1)
+    launcher = get_launcher("ray", address=ray_head, working_dir="upload")
+    run = launcher.start(RunSpec(command="python train.py", log_path=tmp_path / "u.log", cwd=repo / "sub",
+                                 timeout=60, name=unique("upload")))  # fmt: skip
+    assert launcher.wait(run, 90).exit_code == 0
+    log = (tmp_path / "u.log").read_text()
+    assert f"working dir: upload ({repo}; left out, over 50 MB: big.bin)" in log.splitlines()[0]
+    here = next(line for line in log.splitlines() if line.startswith("here "))
+    assert str(repo) not in here and here.endswith("/sub False"), here
+
+
+def test_ars_run_with_the_ray_launcher_reads_ray_address(ray_head, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "autoresearch_skills.cli", "run", "-l", "ray", "-t", "1m", "--log",
+         str(tmp_path / "r.log"), "--", "echo", "hello from ray"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": ray_head},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "hello from ray" in (tmp_path / "r.log").read_text()
+
+
+def test_cluster_info_says_version_and_free_resources(ray_head):
+    import ray
+
+    info = ray_launcher.cluster_info(ray_head)
+    assert info["reachable"] and info["version"] == ray.__version__
+    assert (info["gpus_total"], info["cpus_total"]) == (4.0, 2.0)
+    assert 0 <= info["gpus_free"] <= 4
+
+
+# -- lost, forgotten, adopted --------------------------------------------------------
+
+
+def test_a_job_the_cluster_never_heard_of_is_lost_unless_its_log_tells(launcher, ray_head, tmp_path):
+    run = launcher.start(RunSpec(command="true", log_path=tmp_path / "f.log", cwd=tmp_path, timeout=60,
+                                 name=unique("forgot")))  # fmt: skip
+    launcher.wait(run, 60)
+    found = {}
+    for suffix, tail in (("a", ""), ("b", "ars-exit: 4\n")):
+        ghost = Run.load(run.state_path)
+        ghost.run_id, ghost.state, ghost.log_path = (
+            f"ars-never-{suffix}{uuid.uuid4().hex[:6]}",
+            "running",
+            str(tmp_path / suffix),
+        )
+        ghost.state_path = str(tmp_path / f"{suffix}.run.json")
+        Path(ghost.log_path).write_text("ars: header\n" + tail)
+        ghost.save()
+        found[suffix] = (launcher.status(ghost), ghost.run_id)
+    (lost, lost_id), (told, _) = found["a"], found["b"]
+    assert lost.name == "lost" and f"knows no job {lost_id}" in lost.detail
+    assert (told.name, told.exit_code) == ("exited", 4) and "has forgotten" in told.detail
+
+
+def test_a_run_file_written_before_its_submitter_died_is_submitted_once(
+    launcher, ray_head, tmp_path, monkeypatch
+):
+    real_submit = ray_launcher.submit
+    monkeypatch.setattr(ray_launcher, "submit", lambda run: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        launcher.start(RunSpec(command="echo adopted", log_path=tmp_path / "s.log", cwd=tmp_path, timeout=60,
+                               name=unique("half")))  # fmt: skip
+    monkeypatch.setattr(ray_launcher, "submit", real_submit)
+    orphan = Run.load(tmp_path / "s.log.run.json")
+    assert orphan.extra["submitted"] is False
+    assert launcher.wait(orphan, 60).name == "exited"
+    assert launcher.status(orphan).exit_code == 0 and len(ray_jobs(ray_head, orphan.run_id)) == 1
+    assert "adopted" in (tmp_path / "s.log").read_text()
+
+
+def test_a_cluster_that_stops_answering_makes_its_runs_lost(tmp_path, monkeypatch):
+    pytest.importorskip("ray.job_submission")
+    monkeypatch.setattr(ray_launcher, "LOST_AFTER", 0.0)
+    dead = f"http://127.0.0.1:{_free_port()}"
+    run = Run(launcher="ray", run_id="ars-away-000000", log_path=str(tmp_path / "l.log"),
+              state_path=str(tmp_path / "l.log.run.json"), name="away", command="x", started_at="2026-01-01T00:00:00+00:00",
+              extra={"address": dead, "submitted": True}, state="running")  # fmt: skip
+    run.save()
+    state = get_launcher("ray").status(run)
+    assert state.name == "lost" and f"the Ray cluster at {dead} has not answered" in state.detail
+
+
+# -- campaigns -------------------------------------------------------------------------
+
+TRAIN = """\
+import os, sys, time
+LR = 0.01
+SLEEP = 0.0
+time.sleep(SLEEP)
+print("---")
+print(f"val_bpb:          {abs(LR - 0.03) * 10 + 1:.6f}")
+"""
+
+
+def write_campaign(repo: Path, name: str, address: str, policy: dict, stop: str, **extra) -> Path:
+    config = {"name": name, "metric": "val_bpb", "direction": "min", "preset": "karpathy",
+              "command": f"{sys.executable} train.py", "launcher": "ray", "ray_address": address, "stop": stop,
+              "prefix": f"autoresearch/t-{name}", "baseline_repeats": 1,
+              "policy": {"mutable": ["train.py"], **policy}, **extra}  # fmt: skip
+    path = repo / "campaign.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def campaign_rows(repo: Path, name: str) -> list[ledger.Row]:
+    return ledger.read(repo / f"reports/auto_research/{name}/results.tsv")
+
+
+def test_a_parallel_campaign_runs_its_grid_as_ray_jobs(ray_head, tmp_path):
+    repo = make_repo(tmp_path / "project", {"train.py": TRAIN})
+    path = write_campaign(repo, "rcgrid", ray_head, {"kind": "grid", "space": {"LR": [0.02, 0.03, 0.04]}},
+                          "4 experiments", parallel=2)  # fmt: skip
+    ars(repo, "campaign", "run", str(path), env={"RAY_ADDRESS": ray_head}, timeout=170)
+    table = campaign_rows(repo, "rcgrid")
+    assert len(table) == 4 and {r.launcher for r in table} == {"ray"}
+    assert all(r.status in ("keep", "discard") for r in table), [r.status for r in table]
+    assert sorted(r.metric_value for r in table)[0] == pytest.approx(1.0)
+    assert {len(ray_jobs(ray_head, r.job_id)) for r in table} == {1}
+
+
+def test_kill_9_of_the_loop_then_resume_adopts_the_live_job(ray_head, tmp_path):
+    repo = make_repo(tmp_path / "project", {"train.py": TRAIN.replace("SLEEP = 0.0", "SLEEP = 6.0")})
+    path = write_campaign(repo, "rckill", ray_head, {"kind": "queue", "queue": []}, "1 experiments")
+    env = {**os.environ, "RAY_ADDRESS": ray_head}
+    loop = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "campaign", "run", str(path)], cwd=repo,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    state_path = repo / "reports/auto_research/rckill/state.json"
+
+    def running() -> dict:
+        with contextlib.suppress(OSError, ValueError):
+            for experiment in json.loads(state_path.read_text())["experiments"].values():
+                if experiment.get("phase") == "running":
+                    return experiment
+        return {}
+
+    job = wait_until(running, 90, "the baseline to run")["run"]["run_id"]
+    loop.send_signal(signal.SIGKILL)
+    loop.wait()
+    assert [j.status for j in ray_jobs(ray_head, job)] in (["PENDING"], ["RUNNING"])  # it goes on alone
+    out = ars(repo, "campaign", "resume", "rckill", env={"RAY_ADDRESS": ray_head}, timeout=120).stdout
+    table = campaign_rows(repo, "rckill")
+    assert [(r.job_id, r.launcher) for r in table] == [(job, "ray")], out
+    assert table[0].metric_value == pytest.approx(1.2)
+    assert len(ray_jobs(ray_head, "ars-rckill-")) == 1  # adopted, never submitted twice
+
+
+# -- our own checks: no cluster needed ------------------------------------------------
+
+
+def test_ray_is_a_registered_launcher_and_a_campaign_choice():
+    from autoresearch_skills.campaign.settings import SETTINGS
+
+    assert "ray" in LAUNCHERS and SETTINGS["launcher"].problem("ray") is None
+    assert (
+        SETTINGS["ray_working_dir"].problem("copy")
+        == "`ray_working_dir` must be one of shared, upload (got 'copy')"
+    )
+
+
+def test_the_pool_counts_slots_and_leaves_gpus_to_ray():
+    pool = Pool.from_settings(None, "0-7", 2, "ray")
+    assert (pool.parallel, pool.pins_devices, pool.slurm_gpus) == (1, False, 2)
+    assert pool.grant([]).devices == ()
+    assert (
+        Pool.from_settings(3, None, 1, "ray").describe()
+        == "3 concurrent Ray job(s), 1 GPU(s) each (entrypoint_num_gpus)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [({"gpus": "2", "cpus": "4"}, {"entrypoint_num_gpus": 2, "entrypoint_num_cpus": 4}),
+     ({"gpus": "0.5"}, {"entrypoint_num_gpus": 0.5}),
+     ({"mem": "2G"}, {"entrypoint_memory": 2 * 1024**3}),
+     ({"mem": "300"}, {"entrypoint_memory": 300 * 1024**2})],
+)  # fmt: skip
+def test_resources_become_ray_placement_arguments(resources, expected):
+    assert ray_launcher.resource_arguments(resources) == expected
+
+
+@pytest.mark.parametrize(("resources", "message"), [({"partition": "gpu"}, "means nothing to the Ray launcher"),
+                                                    ({"gpus": "a100:2"}, "give a count of GPUs")])  # fmt: skip
+def test_resources_ray_cannot_use_are_refused_before_anything_starts(resources, message):
+    with pytest.raises(BadInput, match=message):
+        get_launcher("ray").start(
+            RunSpec(command="true", log_path=Path("/nonexistent/x.log"), resources=resources)
+        )
+
+
+def details(status: str, **fields) -> SimpleNamespace:
+    return SimpleNamespace(status=status, message=fields.pop("message", ""), **fields)
+
+
+@pytest.mark.parametrize(
+    ("job", "stop_why", "marked", "expected"),
+    [(details("SUCCEEDED", driver_exit_code=0), "", 0, ("exited", 0)),
+     (details("FAILED", driver_exit_code=-9, error_type="JOB_ENTRYPOINT_COMMAND_ERROR"), "", None, ("exited", 137)),
+     (details("FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR"), "", 3, ("exited", 3)),
+     (details("FAILED", message="Job supervisor actor failed to start within 900.0 seconds.",
+              error_type="JOB_SUPERVISOR_ACTOR_START_TIMEOUT"), "", None, ("lost", None)),
+     (details("STOPPED"), "timeout", None, ("timeout", None)),
+     (details("STOPPED"), "cancelled", None, ("cancelled", None)),
+     (details("STOPPED"), "", None, ("cancelled", None)),
+     (details("RUNNING", driver_agent_http_address="http://10.0.0.7:52365"), "", None, ("running", None))],
+)  # fmt: skip
+def test_ray_job_states_map_to_run_states(job, stop_why, marked, expected):
+    state = ray_launcher.judge(job, stop_why, marked, {})
+    assert (state.name, state.exit_code) == expected
+
+
+def test_a_pending_job_says_what_it_waits_for():
+    state = ray_launcher.judge(details("PENDING", message="Job has not started yet."), "", None,
+                               {"entrypoint_num_gpus": 2, "entrypoint_num_cpus": 1})  # fmt: skip
+    assert state.detail == "waiting for Ray to place it (2 GPU(s), 1 CPU(s) asked): Job has not started yet."
+
+
+def test_a_local_address_runs_in_place_and_a_remote_one_uploads():
+    assert ray_launcher.is_local("http://127.0.0.1:8265") and ray_launcher.is_local("localhost:8265")
+    assert ray_launcher.is_local(f"http://{socket.gethostname()}:8265")
+    assert not ray_launcher.is_local("http://192.0.2.250:8265")
