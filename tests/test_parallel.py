@@ -455,7 +455,10 @@ def test_agent_runs_two_experiments_side_by_side_with_detach_and_wait(repo: Path
 
     table = rows(repo)
     base, row_a, row_b = table[0], table[first_row], table[first_row + 1]
-    assert [(Path(r.branch).name, r.status) for r in (row_a, row_b)] == [("a", "keep"), ("b", "discard")]
+    assert [Path(r.branch).name for r in (row_a, row_b)] == ["a", "b"]
+    # a leads the baseline; with the baseline's repeats all equal, the noise rule asks a rerun to confirm it
+    assert row_a.status == "keep" or "candidate" in row_a.flags
+    assert row_b.status == "discard" and "candidate" not in row_b.flags
     assert {Path(r.branch).name for r in table[:first_row]} == {"baseline"} and len(table) == first_row + 2
     assert row_a.parent_commit == base.commit and row_b.parent_commit == base.commit
     run_a, run_b = probe(row_a.log_path), probe(row_b.log_path)
