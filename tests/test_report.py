@@ -414,3 +414,27 @@ def test_report_of_a_campaign_run_through_ars(tmp_path: Path):
     assert "The predicted sign was right 2 of 2 times (100%)." in predicted
     assert "| 2 | `near` | val_bpb -0.01 | -0.030000 vs #1 | right |" in predicted
     assert "| 4 | `far` | val_bpb -2% | -11.76% vs #1 | right |" in predicted
+
+
+def test_the_trace_shows_the_proposal_model_calls_beside_the_runs(parallel_campaign, tmp_path: Path):
+    calls = [
+        {"start": at(-1), "latency_s": 42.5, "policy": "llm", "mode": "parameters", "asked": 2,
+         "outcome": "ok", "retries": 1, "prompt_tokens": 900, "completion_tokens": 120, "verdict": "accepted"},
+        {"start": at(6), "latency_s": 3.0, "policy": "hybrid", "mode": "diff", "asked": 1,
+         "outcome": "ok", "retries": 0, "verdict": "rejected", "reason": "touches prepare.py, a frozen file"},
+    ]  # fmt: skip
+    log = parallel_campaign.folder / "llm_calls.jsonl"
+    log.write_text("".join(json.dumps(c) + "\n" for c in calls) + '{"start": "torn')  # a kill mid-write
+    out = tmp_path / "out"
+    report.write_report(parallel_campaign, out, trace=True)
+    trace = json.loads((out / "trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "proposal"]
+    assert [(e["name"], e["ts"], e["dur"]) for e in spans] == [
+        ("propose (parameters)", 0, 42_500_000),  # a minute before the first run: the origin
+        ("propose (diff)", 7 * 60 * 1_000_000, 3_000_000),
+    ]
+    assert spans[0]["args"]["completion_tokens"] == 120 and spans[1]["args"]["verdict"] == "rejected"
+    lanes = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert lanes[report.PROPOSER_TID] == "proposer" and lanes[0] == "slot 0 (GPUs 0,1)"
+    runs = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] != "proposal"]
+    assert min(e["ts"] for e in runs) == 60 * 1_000_000

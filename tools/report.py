@@ -34,6 +34,7 @@ import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign import noise
+from autoresearch_skills.clock import parse_iso
 from autoresearch_skills.errors import Refused, is_refusal, run_cli
 
 COLOURS = {
@@ -325,8 +326,6 @@ def spans(rows: list) -> list[Span]:
     """The rows with both timestamps, in order of start, each given a slot: of the slots whose
     previous run had ended by this run's start, the one whose previous run held the same devices,
     else the lowest-numbered; a new slot when none is free. Rows without timestamps are left out."""
-    from autoresearch_skills.clock import parse_iso
-
     timed = []
     for r in rows:
         try:
@@ -409,21 +408,73 @@ def timeline_chart(rows: list, path: Path, title: str) -> Path:
     return path
 
 
-def chrome_trace(rows: list, name: str) -> dict:
+PROPOSER_TID = 10_000  # the trace's thread for the proposal policy's model calls (slots count from 0)
+
+
+def proposer_calls(folder: Path) -> list[dict]:
+    """The model calls an llm policy logged (`llm_calls.jsonl` in the campaign folder, one JSON
+    object a line); [] when there are none. A torn last line (a kill mid-write) is skipped."""
+    calls = []
+    try:
+        lines = (folder / "llm_calls.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            call = json.loads(line)
+            parse_iso(call["start"])
+            float(call.get("latency_s") or 0)
+        except (ValueError, KeyError, TypeError):
+            continue
+        calls.append(call)
+    return calls
+
+
+def chrome_trace(rows: list, name: str, calls: list[dict] | None = None) -> dict:
     """The timeline in the Trace Event Format: one complete ("X") event per run, ts and dur in
-    microseconds from the first start, one thread per slot, the row's fields as args; events
-    sorted by time, every duration at least 1 µs (a zero-length bar would not show)."""
+    microseconds from the first start, one thread per slot, the row's fields as args; the proposal
+    policy's model calls (`calls`, from `proposer_calls`) as spans on a thread of their own, beside
+    the runs; events sorted by time, every duration at least 1 µs (a zero-length bar would not show)."""
     timed = spans(rows)
     names = slot_names(timed)
+    calls = calls or []
     events: list[dict] = [
         {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": f"campaign {name}"}}
     ]
+    if calls:  # drawn above the slots
+        events.append(
+            {"name": "thread_name", "ph": "M", "pid": 1, "tid": PROPOSER_TID, "args": {"name": "proposer"}}
+        )
+        events.append(
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": 1,
+                "tid": PROPOSER_TID,
+                "args": {"sort_index": -1},
+            }
+        )
     for slot, label in names.items():
         events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": slot, "args": {"name": label}})
         events.append(
             {"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": slot, "args": {"sort_index": slot}}
         )
-    origin = timed[0].start if timed else None
+    starts = [s.start for s in timed] + [parse_iso(c["start"]) for c in calls]
+    origin = min(starts) if starts else None
+    for call in calls:
+        events.append(
+            {
+                "name": f"propose ({call.get('mode') or call.get('policy') or 'call'})",
+                "cat": "proposal",
+                "ph": "X",
+                "ts": round((parse_iso(call["start"]) - origin).total_seconds() * 1e6),
+                "dur": max(1, round(float(call.get("latency_s") or 0) * 1e6)),
+                "pid": 1,
+                "tid": PROPOSER_TID,
+                "cname": "thread_state_iowait",
+                "args": {k: v for k, v in call.items() if k != "start"},
+            }
+        )
     for s in timed:
         events.append(
             {
@@ -724,7 +775,8 @@ def write_report(campaign, out_dir: Path | None = None, trace: bool = False) -> 
     paths["timeline"] = timeline
     if trace:
         paths["trace"] = out_dir / "trace.json"
-        write_text_atomic(paths["trace"], json.dumps(chrome_trace(rows, s.name), indent=1) + "\n")
+        trace_json = chrome_trace(rows, s.name, proposer_calls(campaign.folder))
+        write_text_atomic(paths["trace"], json.dumps(trace_json, indent=1) + "\n")
     markdown_text = render_markdown(
         campaign, rows, chart.name, timeline.name, paths["trace"].name if trace else ""
     )

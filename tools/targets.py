@@ -64,6 +64,21 @@ FILE_TEMPLATES = {
         "a campaign file for the unattended loop, written for tiny-lm, for `ars campaign run`",
         "edit it, then: ars campaign validate {file} && ars campaign run {file}",
     ),
+    "campaign-llm": (
+        "campaign-llm.yaml",
+        "a campaign where a model behind an OpenAI-compatible endpoint proposes knob values, for tiny-lm",
+        "export OPENAI_API_KEY=..., edit it, then: ars campaign validate {file} && ars campaign run {file}",
+    ),
+    "campaign-llm-diff": (
+        "campaign-llm-diff.yaml",
+        "a campaign where a model proposes checked code diffs, for tiny-lm",
+        "export OPENAI_API_KEY=..., edit it, then: ars campaign validate {file} && ars campaign run {file}",
+    ),
+    "campaign-hybrid": (
+        "campaign-hybrid.yaml",
+        "a campaign that tunes knobs with a model, then proposes diffs when tuning stalls, for tiny-lm",
+        "export OPENAI_API_KEY=..., edit it, then: ars campaign validate {file} && ars campaign run {file}",
+    ),
     "blueprint-plan": (
         "blueprint-plan.yaml",
         "a plan of several experiment blueprints, for `ars blueprint new --from`",

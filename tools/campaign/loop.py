@@ -429,6 +429,7 @@ class Loop:
             "free_slots": max(1, self.free_slots()),
             "parent_commit": start,
             "workdir": str(repo),
+            "folder": str(self.campaign.folder),
         }
 
     def resume_in_flight(self) -> None:
