@@ -84,7 +84,9 @@ def _start_head(shared: Path) -> dict:
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory) -> str:
     """The dashboard address of the one head of this test run (shared by the xdist workers)."""
-    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every xdist worker
+    # This test run's folder: xdist workers each have a subfolder of it; without xdist it is ours.
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     state_file, users = shared / "ray-head.json", shared / "ray-head.users"
     with _locked(shared / "ray-head.lock"):
         if not state_file.exists():
@@ -288,7 +290,7 @@ def test_a_run_file_written_before_its_submitter_died_is_submitted_once(
 
 
 def test_a_cluster_that_stops_answering_makes_its_runs_lost(tmp_path, monkeypatch):
-    pytest.importorskip("ray.job_submission")
+    pytest.importorskip("ray.job_submission", exc_type=ImportError)
     monkeypatch.setattr(ray_launcher, "LOST_AFTER", 0.0)
     dead = f"http://127.0.0.1:{_free_port()}"
     run = Run(launcher="ray", run_id="ars-away-000000", log_path=str(tmp_path / "l.log"),
