@@ -234,7 +234,7 @@ def test_slurm_options_are_refused_for_other_launchers(tmp_path):
         "run", "-l", "local", "-t", "1m", "--log", str(tmp_path / "x.log"), "--gpus", "1", "--", "true"
     )
     assert result.returncode == 2
-    assert "--gpus only apply to --launcher slurm" in result.stderr
+    assert "--gpus only apply to --launcher slurm or ray" in result.stderr
 
 
 def test_gpus_as_a_device_list_is_refused_before_anything_is_submitted(tmp_path):

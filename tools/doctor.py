@@ -10,6 +10,7 @@ flight had its session there)`): a server that died takes every run's session wi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -24,7 +25,7 @@ import click
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, run_cli
 from autoresearch_skills.nvidia_smi import COMMAND_TIMEOUT, Gpu, query_nvidia_smi
 
-REQUIREMENTS = ("gpu", "tmux", "git", "slurm", "torch")
+REQUIREMENTS = ("gpu", "tmux", "git", "slurm", "ray", "torch")
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Report:
     gpu_note: str  # where the GPU list came from, or why it is empty
     notes: list[str] = field(default_factory=list)
     tmux_server: str | None = None  # the current campaign's tmux server, when it uses tmux
+    ray: dict | None = None  # cluster_info() of the Ray cluster runs would go to; None: Ray not installed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,6 +59,7 @@ class Report:
             "tmux": self.tmux,
             "git": self.git,
             "slurm": self.slurm,
+            "ray": bool(self.ray and self.ray.get("reachable")),
             "torch": self.torch,
         }
         return [name for name in required if not have[name]]
@@ -72,6 +75,7 @@ class Report:
             *([f"tmux_server: {self.tmux_server}"] if self.tmux_server else []),
             f"git: {self.git or 'none (git not found)'}",
             f"slurm: {self.slurm or 'none (sbatch not found)'}",
+            *([_ray_line(self.ray)] if self.ray is not None else []),
             f"torch: {self.torch or 'none (not importable)'}",
         ]
         if self.torch:
@@ -210,6 +214,27 @@ def diagnose(path: str | Path = ".") -> Report:
         gpu_note=gpu_note,
         notes=notes,
         tmux_server=campaign_tmux_server(),
+        ray=_ray_cluster(),
+    )
+
+
+def _ray_cluster() -> dict | None:
+    """The Ray cluster runs would go to (RAY_ADDRESS, else one started here); None without Ray."""
+    if importlib.util.find_spec("ray") is None:
+        return None
+    from autoresearch_skills.launch.ray import cluster_info  # imports ray: only when it is installed
+
+    return cluster_info(os.environ.get("RAY_ADDRESS") or None)
+
+
+def _ray_line(info: dict) -> str:
+    if not info.get("reachable"):
+        return f"ray: none ({info.get('why')})"
+    if "gpus_total" not in info:
+        return f"ray: {info.get('version')} at {info['address']} ({info.get('why', '')})"
+    return (
+        f"ray: {info.get('version')} at {info['address']}, {info['gpus_free']:g}/{info['gpus_total']:g} GPUs "
+        f"and {info['cpus_free']:g}/{info['cpus_total']:g} CPUs free"
     )
 
 

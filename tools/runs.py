@@ -149,9 +149,17 @@ END_KEYS = ("state", "exit_code", "elapsed", "detail")
 @click.option("-d", "--detach", is_flag=True, help="start, print the run's id and files, return at once")
 @click.option("-L", "--socket", help="tmux server: -L name, or a socket path with a `/`")
 @click.option("--partition", help="Slurm partition (--launcher slurm)")
-@click.option("--gpus", help="Slurm: GPUs per job, a count (2) or type:count (a100:2)")
-@click.option("--mem", help="Slurm: memory per node (16G)")
-@click.option("--cpus", help="Slurm: CPUs per task")
+@click.option("--gpus", help="Slurm, Ray: GPUs per job, a count (2); Slurm also type:count (a100:2)")
+@click.option("--mem", help="Slurm, Ray: memory per job (16G)")
+@click.option("--cpus", help="Slurm: CPUs per task; Ray: CPUs per job")
+@click.option(
+    "--ray-address", help="Ray: the cluster (--launcher ray) [RAY_ADDRESS, else the cluster on this machine]"
+)
+@click.option(
+    "--ray-working-dir",
+    type=click.Choice(["shared", "upload"]),
+    help="Ray: run in place, or upload the checkout [shared for a cluster on this machine]",
+)
 @click.option(
     "--follow/--no-follow",
     default=None,
@@ -173,6 +181,8 @@ def run_command(
     gpus: str | None,
     mem: str | None,
     cpus: str | None,
+    ray_address: str | None,
+    ray_working_dir: str | None,
     follow: bool | None,
     as_json: bool,
     command: tuple[str, ...],
@@ -193,6 +203,7 @@ def run_command(
       ars run -t 1h --log runs/lr.log -l tmux -L ars --detach -- python train.py --lr 3e-4
       ars run -t 30m --log runs/x.log -- "python prep.py && python train.py 2>&1 | grep -v warn"
       ars run -t 2h --log runs/big.log -l slurm --gpus 1 --mem 32G -- python train.py
+      ars run -t 2h --log runs/ray.log -l ray --ray-address http://head:8265 --gpus 2 -- python train.py
       ars status runs/lr.log; ars cancel runs/lr.log; ars wait lr 60 -L ars
     """
     spec = RunSpec(
@@ -205,7 +216,12 @@ def run_command(
         name=name or default_name(log_path),
         resources=_slurm_resources(launcher_name, partition=partition, gpus=gpus, mem=mem, cpus=cpus),
     )
-    launcher = get_launcher(launcher_name, socket=socket)
+    options: dict = {"socket": socket}
+    if launcher_name == "ray":
+        options = {"address": ray_address, "working_dir": ray_working_dir}
+    elif ray_address or ray_working_dir:
+        raise BadInput("--ray-address and --ray-working-dir only apply to --launcher ray")
+    launcher = get_launcher(launcher_name, **options)
     interrupts = Interrupts()
     run = launcher.start(spec)
     try:
@@ -258,10 +274,10 @@ class Interrupts:
 
 def _slurm_resources(launcher_name: str, **options: str | None) -> dict[str, str]:
     given = {key: value for key, value in options.items() if value is not None}
-    if given and launcher_name != "slurm":
+    if given and launcher_name not in ("slurm", "ray"):  # the Ray launcher refuses --partition itself
         flags = ", ".join(f"--{key}" for key in given)
         raise BadInput(
-            f"{flags} only apply to --launcher slurm; locally, set CUDA_VISIBLE_DEVICES with --env"
+            f"{flags} only apply to --launcher slurm or ray; locally, set CUDA_VISIBLE_DEVICES with --env"
         )
     return given
 

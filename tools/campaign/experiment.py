@@ -460,8 +460,12 @@ def command_of(campaign: Campaign, experiment: Experiment) -> str:
 
 
 def launcher_for(campaign: Campaign):
-    options = {"socket": campaign.settings.tmux_socket} if campaign.settings.launcher == "tmux" else {}
-    return get_launcher(campaign.settings.launcher, **options)
+    s = campaign.settings
+    if s.launcher == "tmux":
+        return get_launcher("tmux", socket=s.tmux_socket)
+    if s.launcher == "ray":
+        return get_launcher("ray", address=s.ray_address, working_dir=s.ray_working_dir)
+    return get_launcher(s.launcher)
 
 
 def request_run(
