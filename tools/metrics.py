@@ -174,6 +174,7 @@ def _named_numbers(line: str, after: int | None = None) -> list[tuple[str, float
     cut = ""
     named: int | None = None  # the entry the previous value made, if it made one
     fraction_of: int | None = None  # `HellaSwag: 2345/10042 = 0.2335`: the ratio is HellaSwag's value
+    stepped = False  # a step name was read: a later one cannot change the line's step
     skip_to = 0
     for token in _TOKEN.finditer(line):
         begin, end = token.span()
@@ -205,15 +206,19 @@ def _named_numbers(line: str, after: int | None = None) -> list[tuple[str, float
             start = skip_to = average.end()
         named, fraction_of = len(found), None
         found.append((name, value, separated))
-        if after is not None and begin >= after and not _more_to_read(line, start):
+        stepped = stepped or (_is_step(name) and value.is_integer())
+        if after is not None and begin >= after and not _more_to_read(line, start, stepped):
             break
     return found
 
 
-def _more_to_read(line: str, start: int) -> bool:
-    """Whether the rest of the line may still change what came before: a step name, or the
-    `/10042 = 0.2495` that makes `HellaSwag: 2506` a ratio."""
-    return line[start : start + 32].lstrip().startswith("/") or _STEP_WORD.search(line, start) is not None
+def _more_to_read(line: str, start: int, stepped: bool) -> bool:
+    """Whether the rest of the line may still change what came before: a step name (unless the
+    line already gave one: the first step name wins), or the `/10042 = 0.2495` that makes
+    `HellaSwag: 2506` a ratio."""
+    if line[start : start + 32].lstrip().startswith("/"):
+        return True
+    return not stepped and _STEP_WORD.search(line, start) is not None
 
 
 @functools.lru_cache(maxsize=16384)  # a log repeats the same few dozen names millions of times
