@@ -110,7 +110,7 @@ def test_every_bad_value_is_named_with_what_it_must_be():
         "campaign.yaml: `first_step_timeout` must be a duration such as 90s, 20m or 1h30m (got 'soon')",
         "campaign.yaml: `keep_ties` must be true or false (got 'yes')",
         "campaign.yaml: `keep_sessions` must be an integer >= 0 (got True)",
-        "campaign.yaml: `launcher` must be one of local, tmux, slurm (got 'tmux ')",
+        "campaign.yaml: `launcher` must be one of local, tmux, slurm, ray (got 'tmux ')",
         "campaign.yaml: `policy.samples` must be an integer >= 1 (got 0)",
     ]
     with pytest.raises(BadInput, match="`parallel` must be an integer >= 1"):

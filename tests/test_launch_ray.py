@@ -331,7 +331,8 @@ def test_a_parallel_campaign_runs_its_grid_as_ray_jobs(ray_head, tmp_path):
     repo = make_repo(tmp_path / "project", {"train.py": TRAIN})
     path = write_campaign(repo, "rcgrid", ray_head, {"kind": "grid", "space": {"LR": [0.02, 0.03, 0.04]}},
                           "4 experiments", parallel=2)  # fmt: skip
-    ars(repo, "campaign", "run", str(path), env={"RAY_ADDRESS": ray_head}, timeout=170)
+    # no RAY_ADDRESS: the campaign's `ray_address:` alone finds the cluster
+    ars(repo, "campaign", "run", str(path), env={"RAY_ADDRESS": ""}, timeout=170)
     table = campaign_rows(repo, "rcgrid")
     assert len(table) == 4 and {r.launcher for r in table} == {"ray"}
     assert all(r.status in ("keep", "discard") for r in table), [r.status for r in table]
@@ -380,7 +381,7 @@ def test_ray_is_a_registered_launcher_and_a_campaign_choice():
 
 def test_the_pool_counts_slots_and_leaves_gpus_to_ray():
     pool = Pool.from_settings(None, "0-7", 2, "ray")
-    assert (pool.parallel, pool.pins_devices, pool.slurm_gpus) == (1, False, 2)
+    assert (pool.parallel, pool.pins_devices, pool.cluster_gpus()) == (1, False, 2)
     assert pool.grant([]).devices == ()
     assert (
         Pool.from_settings(3, None, 1, "ray").describe()
@@ -439,3 +440,24 @@ def test_a_local_address_runs_in_place_and_a_remote_one_uploads():
     assert ray_launcher.is_local("http://127.0.0.1:8265") and ray_launcher.is_local("localhost:8265")
     assert ray_launcher.is_local(f"http://{socket.gethostname()}:8265")
     assert not ray_launcher.is_local("http://192.0.2.250:8265")
+
+
+def test_a_blueprint_swarm_runs_each_blueprint_as_a_ray_job_on_gpus_of_its_own(ray_head, tmp_path):
+    from test_swarm import intervals, make_project, result_dir
+
+    from autoresearch_skills.blueprint import read_flag
+
+    # a job's log reaches the run log a second or two late on Ray: the first step gets longer
+    repo = make_project(tmp_path, {"alpha": "ok", "beta": "ok"}, first_step="60s")
+    done = ars(repo, "blueprint", "run", "blueprints/", "--launcher", "ray", "--ray-address", ray_head,
+               env={"RAY_ADDRESS": ""}, timeout=170)  # fmt: skip
+    assert "alpha: attempt 1 started as ray job" in done.stdout and ", 2 GPU(s)" in done.stdout
+    for name in ("alpha", "beta"):
+        assert read_flag(result_dir(repo, name) / "finish.flag")["status"] == "ok"
+    runs = intervals(repo)
+    assert len(runs) == 2 and all(len(devices) == 2 for *_, devices, _ in runs)
+    (a_start, a_end, a_devices, _), (b_start, b_end, b_devices, _) = runs
+    if a_start < b_end and b_start < a_end:  # side by side: Ray gave each its own GPUs
+        assert not a_devices & b_devices
+    table = ledger.read(repo / "reports" / "auto_research" / "blueprints" / "results.tsv")
+    assert {r.launcher for r in table} == {"ray"} and {r.gpus for r in table} == {"2"}

@@ -46,9 +46,9 @@ say_end()
 MODES = {"alpha": "ok", "beta": "ok", "gamma": "ok", "silent": "hang", "flaky": "fail"}
 
 
-def make_project(root: Path, modes: dict[str, str] = MODES) -> Path:
+def make_project(root: Path, modes: dict[str, str] = MODES, first_step: str = "3s") -> Path:
     """A git repo with the fake trainer, one config per blueprint (committed), and one blueprint
-    each in blueprints/ (2 GPUs, first step within 3 s)."""
+    each in blueprints/ (2 GPUs, first step within `first_step`)."""
     repo = root / "project"
     (repo / "cfg").mkdir(parents=True)
     (repo / "train.py").write_text(FAKE_TRAIN)
@@ -62,7 +62,7 @@ def make_project(root: Path, modes: dict[str, str] = MODES) -> Path:
         (
             Spec(purpose=f"{name} changes one knob", codebase=repo, command=f"python train.py cfg/{name}.yaml",
                  name=name, python=Path(sys.executable), yaml=f"cfg/{name}.yaml", max_time="2m", gpus=2,
-                 first_step_timeout="3s"),
+                 first_step_timeout=first_step),
             repo / "blueprints" / f"{name}.md",
         )
         for name in modes

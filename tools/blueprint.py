@@ -405,6 +405,16 @@ def finish_cmd(file: Path, final: str, note: str, preset: str, metrics, validati
     "--parallel", type=int, default=None, help="at most this many blueprints at once [as many as fit]"
 )
 @click.option("--socket", default=None, help="tmux socket name (tmux -L) for the sessions [tmux's default]")
+@click.option(
+    "-l",
+    "--launcher",
+    type=click.Choice(["tmux", "ray"]),
+    default=None,
+    help="tmux on this machine's GPU pool, or ray: a job each, placed on its GPUs by Ray [the swarm's; new: tmux]",
+)
+@click.option(
+    "--ray-address", default=None, help="--launcher ray: the cluster [RAY_ADDRESS, else one on this machine]"
+)
 @click.option("--name", default=None, help="the swarm's name [the blueprints' folder name]")
 @click.option("--for", "for_", default=None, help="follow this long, then return with runs going (e.g. 9m)")
 @click.option("--detach", is_flag=True, help="start what can start, then return at once")
@@ -416,8 +426,9 @@ def finish_cmd(file: Path, final: str, note: str, preset: str, metrics, validati
 @click.option("--metric", default=None, help="the figure each ledger row records [actor/kl_loss]")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object at the end")
 def run_cmd(
-    files, gpus, parallel, socket, name, for_, detach, final, retry, max_attempts, metric, as_json
-) -> None:
+    files, gpus, parallel, socket, launcher, ray_address, name, for_, detach, final, retry, max_attempts,
+    metric, as_json,
+) -> None:  # fmt: skip
     """Run blueprints as a swarm on a GPU pool: check them all (exit 2, nothing started, on any
     problem), then give each one that is not over its next attempt, on GPUs of its own
     (CUDA_VISIBLE_DEVICES) or queued until they free up, in tmux session ajet_<name> (a retry:
@@ -441,6 +452,7 @@ def run_cmd(
       ars blueprint run blueprints/*.md --gpus 0-7 --parallel 2 --for 9m
       ars blueprint run blueprints/math_topk50.md --final
       ars blueprint run --name blueprints --for 9m
+      ars blueprint run blueprints/ --launcher ray --ray-address http://head:8265 --parallel 4
     """
     from autoresearch_skills.blueprints import swarm
     from autoresearch_skills.clock import parse_duration
@@ -453,9 +465,14 @@ def run_cmd(
             raise BadInput(f"--for {for_!r} is not a duration: write it as 9m, 30s or 1h") from None
     if not files and not name:
         raise BadInput("give blueprint files or their folder (or --name SWARM to follow a swarm)")
+    if launcher == "ray" and gpus:
+        raise BadInput(
+            "--gpus names this machine's pool; with --launcher ray, Ray places each blueprint on its GPUs"
+        )
     opts = swarm.Options(
         gpus=gpus, parallel=parallel, socket=socket, name=name, final=final, retry=retry,
-        max_attempts=max_attempts, metric=metric, seconds=seconds, detach=detach,
+        max_attempts=max_attempts, metric=metric, seconds=seconds, detach=detach, launcher=launcher,
+        ray_address=ray_address,
     )  # fmt: skip
     say = (lambda line: None) if as_json else click.echo
     try:
@@ -466,7 +483,7 @@ def run_cmd(
         click.echo(f"problems: {len(err.problems)}; nothing was started (fix them, then run again)")
         sys.exit(2)
     except KeyboardInterrupt as err:  # SIGTERM and SIGHUP arrive as one too (errors.Interrupted)
-        click.echo("interrupted: the runs go on in tmux; run the same command again to follow them", err=True)
+        click.echo("interrupted: the runs go on; run the same command again to follow them", err=True)
         sys.exit(signal_exit_code(getattr(err, "signum", signal.SIGINT)))
     if as_json:
         click.echo(json.dumps({**report.to_dict(), "exit_code": report.exit_code}, indent=2))

@@ -85,7 +85,7 @@ from autoresearch_skills.blueprints.resultdir import (
     write_results,
 )
 from autoresearch_skills.campaign import experiment, scheduler, store
-from autoresearch_skills.campaign.pool import parse_devices
+from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS, parse_devices
 from autoresearch_skills.campaign.record import Experiment, Overrides, Phase
 from autoresearch_skills.campaign.state import CampaignState
 from autoresearch_skills.campaign.store import CAMPAIGNS_DIR, find, load
@@ -136,6 +136,8 @@ class Options:
     gpus: str | None = None  # the pool; None: the swarm's, or every GPU nvidia-smi lists
     parallel: int | None = None
     socket: str | None = None  # tmux -L name
+    launcher: str | None = None  # tmux (default), or a cluster (slurm, ray) that places runs on GPUs itself
+    ray_address: str | None = None  # launcher ray: the cluster's dashboard address
     name: str | None = None  # the swarm (campaign) name; None: the blueprints' folder
     final: bool = False  # this is each blueprint's last attempt
     retry: bool = False  # relaunch failed blueprints with no fix recorded
@@ -290,24 +292,30 @@ class Swarm:
                     f"campaign {name!r} ({folder}) is not a blueprint swarm; pass --name to start one"
                 )
             existing = store.load(folder)
-        gpus = opts.gpus or (existing.settings.gpus if existing else None) or _detected_gpus()
-        devices = parse_devices(gpus)
-        for bp in blueprints:  # before anything is written: a blueprint that can never start
-            if (bp.gpus or 1) > len(devices):
-                raise BadInput(
-                    f"{bp.path}: needs {bp.gpus} GPUs but the swarm's pool ({','.join(map(str, devices))}) "
-                    f"has {len(devices)}; give a larger pool with --gpus"
-                )
+        launcher = opts.launcher or (existing.settings.launcher if existing else "tmux")
+        if launcher in CLUSTER_LAUNCHERS:  # the cluster places each run on GPUs of its own
+            gpus = None
+        else:
+            gpus = opts.gpus or (existing.settings.gpus if existing else None) or _detected_gpus()
+            devices = parse_devices(gpus)
+            for bp in blueprints:  # before anything is written: a blueprint that can never start
+                if (bp.gpus or 1) > len(devices):
+                    raise BadInput(
+                        f"{bp.path}: needs {bp.gpus} GPUs but the swarm's pool ({','.join(map(str, devices))}) "
+                        f"has {len(devices)}; give a larger pool with --gpus"
+                    )
         if existing is not None:
             campaign = existing
             _update_pool(campaign, opts)
         else:
             metric = opts.metric or _metric(blueprints)
+            cluster = {"ray_address": opts.ray_address} if launcher == "ray" else {}
             campaign = store.create(
                 name, metric, guess_direction(metric), f"ars blueprint run {_shown_paths(blueprints)}",
-                stop_text="no limit", launcher="tmux", preset=PRESET, cwd=repo,
-                parallel=opts.parallel, gpus=gpus, gpus_per_run=min(bp.gpus or 1 for bp in blueprints),
-                tmux_socket=opts.socket, worktrees="always", require_baseline=False, prune="off", watch=dict(WATCH),
+                stop_text="no limit", launcher=launcher, preset=PRESET, cwd=repo,
+                parallel=opts.parallel or (len(blueprints) if gpus is None else None), gpus=gpus,
+                gpus_per_run=min(bp.gpus or 1 for bp in blueprints), tmux_socket=opts.socket, worktrees="always",
+                require_baseline=False, prune="off", watch=dict(WATCH), **cluster,
             )  # fmt: skip
             write_text_atomic(folder / SWARM_FILE, json.dumps({"blueprints": {}}, indent=2) + "\n")
         swarm = cls(campaign, say)
@@ -618,13 +626,8 @@ class Swarm:
                     bp, number, record.started_at or "", record.run.run_id, devices, log, record.commit or ""
                 )
                 where = f" on GPUs {devices}" if devices else ""
-                socket = (
-                    f" (tmux -L {self.campaign.settings.tmux_socket})"
-                    if self.campaign.settings.tmux_socket
-                    else ""
-                )
                 self._event(
-                    "started", bp, f"{bp.slug}: attempt {number} started in tmux session {record.run.run_id}{socket}{where}; log {log}",
+                    "started", bp, f"{bp.slug}: attempt {number} started {self._place(record)}{where}; log {log}",
                     number,
                 )  # fmt: skip
             self.known_logs.add(log)
@@ -660,6 +663,15 @@ class Swarm:
                 f"{head}; fix it, write `- fix: ...` under `## Attempt {number}` in {folder / TRIAL_LOG}, then run it again",
                 number,
             )  # fmt: skip
+
+    def _place(self, record) -> str:
+        """Where an attempt runs, as its start line says it: a tmux session, or a cluster's job."""
+        s = self.campaign.settings
+        if s.launcher == "tmux":
+            socket = f" (tmux -L {s.tmux_socket})" if s.tmux_socket else ""
+            return f"in tmux session {record.run.run_id}{socket}"
+        gpus = f", {record.gpus} GPU(s)" if record.gpus else ""
+        return f"as {s.launcher} job {record.run.run_id}{gpus}"
 
     def _start_lines(self, bp: Blueprint, number: int, started_at: str, session: str, devices: str, log: str, commit: str) -> None:  # fmt: skip
         start_attempt(

@@ -589,8 +589,9 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     if pool.pins_devices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in experiment.devices)
     resources = {k: str(v) for k, v in (("partition", s.partition), ("mem", s.mem), ("cpus", s.cpus)) if v}
-    if pool.slurm_gpus:
-        resources["gpus"] = str(pool.slurm_gpus)
+    cluster_gpus = pool.cluster_gpus(own.gpus)  # Slurm or Ray places the run on its GPUs
+    if cluster_gpus:
+        resources["gpus"] = str(cluster_gpus)
     spec = RunSpec(
         command=command_of(campaign, experiment),
         log_path=log_path,
@@ -612,7 +613,7 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     )
     experiment.started_at, experiment.timeout = run.started_at, run_timeout
     experiment.deadline_bound = bool(verdict.remaining_seconds and run_timeout == verdict.remaining_seconds)
-    experiment.gpus = len(experiment.devices) or pool.slurm_gpus or None
+    experiment.gpus = len(experiment.devices) or cluster_gpus or None
     campaign.state.write(state)
     note_event(
         f"run started: {experiment.branch} ({format_duration(run_timeout)} limit, log {log_path})",

@@ -76,11 +76,13 @@ class Pool:
         """Whether runs get CUDA_VISIBLE_DEVICES from the pool (never on Slurm or Ray)."""
         return bool(self.gpus) and self.launcher not in CLUSTER_LAUNCHERS
 
-    @property
-    def slurm_gpus(self) -> int:
-        """GPUs each cluster job asks its scheduler for: sbatch on Slurm, entrypoint_num_gpus on
-        Ray (0: none asked). The launch step passes it as the run's `gpus` resource."""
-        return self.gpus_per_run if self.launcher in CLUSTER_LAUNCHERS else 0
+    def cluster_gpus(self, own: int | None = None) -> int:
+        """GPUs one job asks a cluster scheduler for (sbatch on Slurm, entrypoint_num_gpus on Ray):
+        the run's own count (a blueprint's), else `gpus_per_run`; 0 off a cluster, where the pool
+        pins devices itself. The launch step passes it as the run's `gpus` resource."""
+        if self.launcher not in CLUSTER_LAUNCHERS:
+            return 0
+        return own or self.gpus_per_run
 
     def grant(self, taken: list, gpus: int | None = None) -> Grant | None:
         """A free slot (and its devices) given what the runs in flight hold (anything with `slot`
@@ -105,9 +107,9 @@ class Pool:
                 f"{self.parallel} slot(s), GPUs {','.join(map(str, self.gpus))}, "
                 f"{self.gpus_per_run} per run (CUDA_VISIBLE_DEVICES)"
             )
-        if self.slurm_gpus and self.launcher == "ray":
+        if self.cluster_gpus() and self.launcher == "ray":
             return f"{self.parallel} concurrent Ray job(s), {self.gpus_per_run} GPU(s) each (entrypoint_num_gpus)"
-        if self.slurm_gpus:
+        if self.cluster_gpus():
             return f"{self.parallel} concurrent Slurm job(s), {self.gpus_per_run} GPU(s) each through sbatch"
         return f"{self.parallel} slot(s)"
 
