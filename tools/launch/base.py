@@ -13,6 +13,8 @@ import os
 import re
 import shlex
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal, Protocol
@@ -139,6 +141,19 @@ class Launcher(Protocol):
         """Release what a finished run still holds (tmux: its session, kept for post-mortems).
         Never touches a live run; False when there was nothing to release."""
         ...
+
+
+def wait_polling(status: Callable[[Run], State], run: Run, seconds: float | None, every: float) -> State:
+    """Ask `status(run)` every `every` seconds until the run has finished or `seconds` have passed
+    (None: until it finishes); the last state seen. For launchers whose end shows in files and a
+    shared watcher rather than a signal to block on (Slurm, Ray)."""
+    end = None if seconds is None else time.monotonic() + max(0.0, seconds)
+    while True:
+        state = status(run)
+        left = None if end is None else end - time.monotonic()
+        if state.finished or (left is not None and left <= 0):
+            return state
+        time.sleep(every if left is None else min(every, left))
 
 
 def state_path_for(log_path: str | Path) -> Path:

@@ -72,7 +72,7 @@ from urllib.parse import urlparse
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.clock import now_iso
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug
+from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug, wait_polling
 from autoresearch_skills.launch.local import prepare_run, record, save_new
 from autoresearch_skills.launch.ray_watch import client, first_line, watcher
 from autoresearch_skills.launch.runindex import remember
@@ -197,13 +197,7 @@ class RayLauncher:
             stop(run, "timeout")
 
     def wait(self, run: Run, seconds: float | None = None) -> State:
-        end = None if seconds is None else time.monotonic() + max(0.0, seconds)
-        while True:
-            state = self.status(run)
-            left = None if end is None else end - time.monotonic()
-            if state.finished or (left is not None and left <= 0):
-                return state
-            time.sleep(LOCAL_POLL if left is None else min(LOCAL_POLL, left))
+        return wait_polling(self.status, run, seconds, LOCAL_POLL)
 
     def cancel(self, run: Run) -> State:
         """`stop_job` (SIGTERM to the job's processes, SIGKILL after the grace), then wait for Ray

@@ -33,12 +33,11 @@ import platform
 import re
 import shlex
 import shutil
-import time
 from datetime import datetime
 from pathlib import Path
 
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug
+from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug, wait_polling
 from autoresearch_skills.launch.local import prepare_run, record
 from autoresearch_skills.launch.proctree import alive, kill_tree, read_proc
 from autoresearch_skills.launch.runindex import remember
@@ -174,13 +173,7 @@ class SlurmLauncher:
     def wait(self, run: Run, seconds: float | None = None) -> State:
         """Look every LOCAL_POLL seconds: the job's files each time (stats), Slurm when the
         watcher says it is due or the files say the job has moved."""
-        end = None if seconds is None else time.monotonic() + max(0.0, seconds)
-        while True:
-            state = self.status(run)
-            left = None if end is None else end - time.monotonic()
-            if state.finished or (left is not None and left <= 0):
-                return state
-            time.sleep(LOCAL_POLL if left is None else min(LOCAL_POLL, left))
+        return wait_polling(self.status, run, seconds, LOCAL_POLL)
 
     def close(self, run: Run) -> bool:
         """Slurm frees a job's resources itself; its log and run file stay."""
