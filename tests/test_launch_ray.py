@@ -461,3 +461,18 @@ def test_a_blueprint_swarm_runs_each_blueprint_as_a_ray_job_on_gpus_of_its_own(r
         assert not a_devices & b_devices
     table = ledger.read(repo / "reports" / "auto_research" / "blueprints" / "results.tsv")
     assert {r.launcher for r in table} == {"ray"} and {r.gpus for r in table} == {"2"}
+
+
+def test_a_job_queued_behind_another_is_not_timed_out_for_its_first_step(ray_head, tmp_path):
+    """Each run takes all 4 GPUs: one waits PENDING while the other runs, longer than the first-step
+    timeout. Its clocks start when Ray places it, so it runs and is judged, never cancelled."""
+    train = TRAIN.replace(
+        "time.sleep(SLEEP)", 'print("step 00001 (1.0%) | loss: 3.0", flush=True)\ntime.sleep(SLEEP)'
+    )
+    repo = make_repo(tmp_path / "project", {"train.py": train.replace("SLEEP = 0.0", "SLEEP = 7.0")})
+    path = write_campaign(repo, "rcqueue", ray_head, {"kind": "grid", "space": {"LR": [0.02, 0.04]}},
+                          "3 experiments", parallel=2, gpus_per_run=4, first_step_timeout="4s")  # fmt: skip
+    ars(repo, "campaign", "run", str(path), env={"RAY_ADDRESS": ""}, timeout=170)
+    table = campaign_rows(repo, "rcqueue")
+    assert [r.status for r in table].count("cancelled") == 0, [(r.status, r.description) for r in table]
+    assert len(table) == 3 and all(r.gpus == "4" for r in table)

@@ -34,9 +34,14 @@ class Watchers:
         for run_id in [k for k in self.watchers if k not in live]:
             self.watchers.pop(run_id).finish()
         for experiment in running:
+            current = experiment.run.reload()
+            if current.state == "pending":  # waiting in a cluster's queue: no clock has started yet
+                continue
             watcher = self.watchers.get(experiment.run.run_id)
             if watcher is None:
-                watcher = self.watchers[experiment.run.run_id] = self._watcher(experiment, clock)
+                watcher = self.watchers[experiment.run.run_id] = self._watcher(
+                    experiment, current.started_at, clock
+                )
             verdict = watcher.poll(clock)
             if verdict is None:
                 continue
@@ -47,9 +52,11 @@ class Watchers:
                 self.say(f"{experiment.key}: warning: {verdict.reason}")
                 lifecycle.note_warning(self.campaign, experiment.key, verdict.reason)
 
-    def _watcher(self, experiment: Experiment, clock: float) -> RunWatcher:
+    def _watcher(self, experiment: Experiment, started_at: str, clock: float) -> RunWatcher:
+        """A watcher whose clocks (first step, stall) start when the run did: on Slurm or Ray that is
+        when the cluster placed the job, not when it was submitted."""
         s = self.campaign.settings
-        elapsed = max(0.0, (now() - parse_iso(experiment.started_at)).total_seconds())
+        elapsed = max(0.0, (now() - parse_iso(started_at or experiment.started_at)).total_seconds())
         policy = self.policy
         if experiment.own.watch:  # a blueprint's own first-step line and timeout
             policy = s.watch_policy({**(s.watch or {}), **experiment.own.watch})
