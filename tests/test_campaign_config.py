@@ -269,3 +269,10 @@ def test_validate_json_lists_checks_and_problems(repo: Path):
 def test_a_file_that_is_not_a_mapping_is_bad_input():
     with pytest.raises(BadInput, match="campaign.yaml: must be a mapping of keys to values, not list"):
         config.check_keys(["name"], "campaign.yaml")
+
+
+def test_a_pattern_and_a_metric_source_together_are_refused(repo: Path):
+    path = write(repo, GOOD + "pattern: 'val ([0-9.]+)'\nmetric_source: {kind: jsonl, path: m.jsonl}\n")
+    assert config.validate_file(path, repo) == [
+        f"{path}: give `pattern:` or `metric_source:`, not both (a log pattern goes in metric_source as {{kind: log, pattern: ...}})"
+    ]

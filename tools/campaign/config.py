@@ -485,6 +485,11 @@ def _check_metric_source(data: dict, where: str, result: Validation) -> None:
     if not isinstance(source, dict):
         return
     result.checked.append("metric source")
+    if data.get("pattern"):  # Settings.metric_reading would take metric_source and ignore the pattern
+        result.problems.append(
+            f"{where}: give `pattern:` or `metric_source:`, not both (a log pattern goes in metric_source as "
+            "{kind: log, pattern: ...})"
+        )
     try:
         validate_source(source)
     except BadInput as err:
