@@ -428,8 +428,9 @@ def test_agent_runs_two_experiments_side_by_side_with_detach_and_wait(repo: Path
     init_campaign(repo, "--parallel", "2")
     ars(repo, "exp", "baseline")
     first_row = len(rows(repo))  # the baseline may be run more than once (the noise estimate)
-    workdir_a = start(repo, "a", "0.02", "1.0")
-    workdir_b = start(repo, "b", "0.05", "3.0")
+    # a's run outlasts the seconds a loaded machine takes to launch b, and b's outlasts a's
+    workdir_a = start(repo, "a", "0.02", "4.0")
+    workdir_b = start(repo, "b", "0.05", "7.0")
     worktrees = folder(repo) / "worktrees"
     assert workdir_a != workdir_b and {workdir_a.parent, workdir_b.parent} == {worktrees}
 
