@@ -491,12 +491,14 @@ def test_two_waiters_at_once_record_each_run_once_and_show_each_row_once(repo: P
 def test_a_row_reaped_while_waiting_for_another_experiment_is_reported_by_the_next_wait(repo: Path):
     init_campaign(repo, "--parallel", "2")
     ars(repo, "exp", "baseline")
-    start(repo, "quick", "0.02", "0.2")
+    quick = start(repo, "quick", "0.02", "0.2")
     start(repo, "slow", "0.05", "6.0")
     first_row = len(rows(repo))
     ars(repo, "exp", "run", "quick", "--detach")
     ars(repo, "exp", "run", "slow", "--detach")
-    time.sleep(1.0)  # quick has ended; nobody has reaped it yet
+    wait_until(  # quick has ended; nobody has reaped it yet
+        lambda: any(p.ended and Path(p.cwd) == quick for p in all_probes(folder(repo))), 30, "quick to end"
+    )
     still = ars(repo, "exp", "wait", "slow", "--for", "1s", code=0).stdout
     assert "still running: slow" in still
     assert len(rows(repo)) == first_row + 1  # quick was reaped (and recorded) by that wait, but not shown
@@ -524,7 +526,8 @@ def test_a_queued_experiment_never_runs_past_the_deadline(repo: Path):
         row_b = [r for r in rows(repo) if r.branch.endswith("/b")]
         assert row_b and row_b[0].status == "cancelled" and "deadline" in row_b[0].description
         for run in all_probes(folder(repo)):
-            assert run.last <= deadline.timestamp() + 1.0, f"{run.log} ran past the deadline"
+            # SIGTERM comes at the deadline; a loaded machine may take a moment to deliver it
+            assert run.last <= deadline.timestamp() + 3.0, f"{run.log} ran past the deadline"
     finally:
         if "b" in experiments_in_state(repo):
             ars(repo, "exp", "cancel", "b", "--reason", "test cleanup", code=None)
