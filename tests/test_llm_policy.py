@@ -520,6 +520,43 @@ def test_hybrid_turns_to_diffs_on_a_stall_and_back_after_rejected_diffs(repo: Pa
     assert "hybrid policy turns to parameters again after 2 rejected diffs" in timeline
 
 
+def test_hybrid_after_a_resume_takes_up_the_mode_its_last_switch_wrote_in_the_ledger(
+    repo: Path, model: FakeModel
+):
+    def row(index: int, description: str, value: float) -> dict:
+        status = "keep" if index == 0 else "discard"
+        return {"index": index, "status": status, "metric_value": value, "commit": f"c{index}",
+                "rerun_of": "", "description": description, "branch": f"x/r{index}"}  # fmt: skip
+
+    stalled = [row(0, "baseline", 1.2), row(1, "set LR=0.005", 1.3), row(2, "set LR=0.004", 1.3)]
+    diffs = [*stalled, row(3, "[hybrid: diffs after 2 runs without improvement] a wider model", 1.3)]
+    back = [*diffs, row(4, "[hybrid: parameters again after 2 rejected diffs] set LR=0.02", 1.3)]
+    assert llm.hybrid_mode(stalled) == (llm.PARAMETERS, 0)
+    assert llm.hybrid_mode(diffs) == (llm.DIFF, 0)
+    assert llm.hybrid_mode(back) == (llm.PARAMETERS, 4)
+
+    os.environ["OPENAI_API_KEY"] = KEY
+    try:
+        config = {
+            "kind": "hybrid",
+            "model": "m",
+            "base_url": model.url,
+            "mutable": ["train.py"],
+            "stall_threshold": 2,
+        }
+        model.script = [DIFF_WIDER]  # a fresh policy (the resumed loop's) keeps proposing diffs
+        proposal = make_policy(config, set()).next({**fake_context(repo), "ledger": diffs})
+        assert proposal is not None and proposal.slug == "wider" and "[hybrid:" not in proposal.description
+        assert "unified diff" in model.texts(0)
+
+        # turned back to knob values at row 4: one row since is no stall, whatever came before
+        model.script = [proposals({"slug": "lr-up", "description": "higher", "set": {"LR": 0.02}})]
+        proposal = make_policy(config, set()).next({**fake_context(repo), "ledger": back})
+        assert proposal is not None and proposal.slug == "lr-up" and "unified diff" not in model.texts(1)
+    finally:
+        del os.environ["OPENAI_API_KEY"]
+
+
 def test_the_stall_counts_the_rows_since_the_best_commits_last_run():
     def row(index: int, status: str, value: float, commit: str, rerun_of: str = "") -> dict:
         return {

@@ -31,9 +31,10 @@ has nothing more to propose answers `{"proposals": []}`: the policy is exhausted
 The endpoint, its key, retries and the call log (`<campaign folder>/llm_calls.jsonl`) are
 campaign/llm_endpoint.py's.
 
-Limits: a policy remembers its cache and hybrid's state in memory: after `ars campaign resume`, hybrid
-starts from knob values again, and switches to diffs at once if the ledger says the campaign has
-stalled. Prompts hold whole files and the whole ledger: a campaign of hundreds of rows needs a model
+After `ars campaign resume`, hybrid takes up the mode the ledger shows: the last row whose description
+says "[hybrid: diffs after ...]" or "[hybrid: parameters again after ...]" names it (a stall is counted
+from the row that turned back to knob values). Diffs rejected in a row before a kill make no row, so
+that count starts again at 0. Prompts hold whole files and the whole ledger: a campaign of hundreds of rows needs a model
 with a long context. Answers reach the loop only after these checks, but what a diff does when it
 runs is judged by the run, as for any proposal.
 """
@@ -132,10 +133,14 @@ class LlmPolicy(Policy):
         self.rejected_diffs = 0  # in a row
         self.parameters_since = 0  # hybrid: ledger rows when knob values resumed; the stall counts after
         self.switch_note = ""  # hybrid: said in the next proposal's description
+        self.resumed = False  # hybrid: the mode was read from the ledger
 
     # ------------------------------------------------------------ the loop's interface
 
     def next(self, context: dict, feedback: str | None = None) -> Proposal | None:
+        if self.kind == "hybrid" and not self.resumed:
+            self.mode, self.parameters_since = hybrid_mode(context.get("ledger") or [])
+            self.resumed = True
         if self.kind == "hybrid" and self._switch(context):
             feedback = None  # the reason was about the other kind of proposal
         if feedback is None:
@@ -336,6 +341,20 @@ class LlmPolicy(Policy):
 
 def rows_of(context_rows: list[dict]) -> list[ledger.Row]:
     return [ledger.Row(**{k: v for k, v in r.items() if k in ROW_FIELDS}) for r in context_rows]
+
+
+HYBRID_NOTES = {"[hybrid: diffs after ": DIFF, "[hybrid: parameters again after ": PARAMETERS}
+
+
+def hybrid_mode(context_rows: list[dict]) -> tuple[str, int]:
+    """(mode, parameters_since) a hybrid policy left off in, from the notes its switches wrote."""
+    mode, since = PARAMETERS, 0
+    for n, row in enumerate(context_rows):
+        description = str(row.get("description") or "")
+        for note, kind in HYBRID_NOTES.items():
+            if description.startswith(note):
+                mode, since = kind, (n if kind == PARAMETERS else since)
+    return mode, since
 
 
 def runs_without_improvement(context_rows: list[dict], direction: str, after: int = 0) -> int:
