@@ -276,3 +276,113 @@ def test_a_pattern_and_a_metric_source_together_are_refused(repo: Path):
     assert config.validate_file(path, repo) == [
         f"{path}: give `pattern:` or `metric_source:`, not both (a log pattern goes in metric_source as {{kind: log, pattern: ...}})"
     ]
+
+
+# ---------------------------------------------------------------- wrappers in front of the program
+
+# Programs this machine may lack; validate looks for them on PATH and never runs them.
+INSTALLED_ELSEWHERE = ("srun", "numactl", "xvfb-run", "uv", "poetry", "conda", "pixi", "torchrun", "accelerate", "deepspeed")  # fmt: skip
+
+PROGRAM_WRAPPERS = [
+    "nice -n 10",
+    "taskset -c 0",
+    "timeout 5m",
+    "timeout -k 10 5m",
+    "env -u HOME",
+    "env A=1 -u HOME",
+    "numactl --cpunodebind=0",
+    "numactl -N 0",
+    "srun -n1",
+    "srun -n 1 --gres gpu:1",
+    "chrt -f 10",
+    "ionice -c2 -n7",
+    "ionice -c 2 -n 7",
+    "stdbuf -oL",
+    "time -p",
+    "nohup",
+    "exec -a trainer",
+    "command -p",
+    "setsid -f",
+    "xvfb-run -a -s '-screen 0 640x480x24'",
+    "CUDA_VISIBLE_DEVICES=0 nohup nice -n 5",
+]
+
+SCRIPT_LAUNCHERS = [
+    "torchrun --nproc_per_node 2",
+    "python -m torch.distributed.run --nproc_per_node 2",
+    "accelerate launch --num_processes 2",
+    "accelerate launch --multi_gpu --mixed_precision bf16",
+    "deepspeed --num_gpus 2",
+    "uv run --with rich",
+    "uv run --with rich python",
+    "poetry run python",
+    "conda run -n torch python",
+    "pixi run -e cuda python",
+    "srun -n1 torchrun --nproc_per_node 2",
+    "nice -n 10 python -W ignore",
+]
+
+
+@pytest.fixture
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand-ins for the wrappers this machine may lack, first on PATH."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in INSTALLED_ELSEWHERE:
+        (folder / name).write_text("#!/bin/sh\nexit 0\n")
+        (folder / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder), prepend=":")
+
+
+def with_command(repo: Path, command: str) -> Path:
+    return write(repo, GOOD.replace("python train.py", json.dumps(command)))
+
+
+@pytest.mark.parametrize("wrapper", PROGRAM_WRAPPERS)
+def test_validate_looks_for_the_program_behind_a_wrapper_not_for_its_option_values(
+    repo: Path, installed: None, wrapper: str
+):
+    path = with_command(repo, f"{wrapper} python train.py")
+    assert config.validate_file(path, repo) == []
+    with_command(repo, f"{wrapper} pyhton-nowhere train.py")
+    assert config.validate_file(path, repo) == [f"{path}: command: `pyhton-nowhere` is not on PATH"]
+    with_command(repo, f"{wrapper} python trian.py")
+    assert config.validate_file(path, repo) == [f"{path}: command: script trian.py does not exist in {repo}"]
+
+
+@pytest.mark.parametrize("launcher", SCRIPT_LAUNCHERS)
+def test_validate_finds_a_missing_script_behind_a_launcher(repo: Path, installed: None, launcher: str):
+    path = with_command(repo, f"{launcher} train.py --lr 1")
+    assert config.validate_file(path, repo) == []
+    with_command(repo, f"{launcher} trian.py --lr 1")
+    assert config.validate_file(path, repo) == [f"{path}: command: script trian.py does not exist in {repo}"]
+
+
+def test_validate_says_how_to_attach_the_value_of_an_option_it_does_not_know(repo: Path, installed: None):
+    path = with_command(repo, "srun --frobnicate fast python train.py")
+    assert config.validate_file(path, repo) == [
+        f"{path}: command: `fast` is not on PATH (if it is the value of `--frobnicate`, write `--frobnicate=fast`)"
+    ]
+    with_command(repo, "srun --frobnicate=fast python train.py")
+    assert config.validate_file(path, repo) == []
+
+
+def test_validate_looks_for_the_script_in_the_folder_a_wrapper_runs_it_in(repo: Path):
+    (repo / "sub").mkdir()
+    (repo / "sub" / "eval.py").write_text("print('val_bpb: 1.0')\n")
+    path = with_command(repo, "env -C sub python eval.py")
+    assert config.validate_file(path, repo) == []
+    with_command(repo, "env -C sub python train.py")
+    assert config.validate_file(path, repo) == [
+        f"{path}: command: script train.py does not exist in {repo / 'sub'}"
+    ]
+
+
+def test_ars_campaign_validate_names_each_wrapped_program_that_is_missing(repo: Path, installed: None):
+    with_command(repo, " && ".join(f"{wrapper} python train.py" for wrapper in PROGRAM_WRAPPERS))
+    assert ars(repo, "campaign", "validate", "campaign.yaml").stdout.startswith("ok: campaign.yaml (")
+    with_command(repo, " && ".join(f"{w} nowhere-{n} train.py" for n, w in enumerate(PROGRAM_WRAPPERS)))
+    result = ars(repo, "campaign", "validate", "campaign.yaml", code=2)
+    assert result.stderr.splitlines() == [
+        f"campaign.yaml: command: `nowhere-{n}` is not on PATH" for n in range(len(PROGRAM_WRAPPERS))
+    ]

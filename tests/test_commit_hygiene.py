@@ -145,7 +145,7 @@ def test_campaign_run_redirected_into_the_repository_reruns_the_baseline_and_goe
     (repo / "campaign.yaml").write_text(yaml.safe_dump(config))
     git(repo, "add", "campaign.yaml")
     git(repo, "commit", "-qm", "campaign")
-    out = ars_into(repo, "out.txt", "campaign", "run", "campaign.yaml")
+    out = ars_into(repo, "out.txt", "campaign", "run", "campaign.yaml", code=1)
     assert "was edited" not in out
     table = ledger.read(repo / "reports/auto_research/hyg/results.tsv")
     assert [(Path(r.branch).name, r.rerun_of) for r in table[:2]] == [("baseline", ""), ("baseline", "0")]

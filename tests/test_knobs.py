@@ -102,7 +102,7 @@ def test_python_edit_keeps_every_other_byte(tmp_path):
         ("n_layer = 6\n", "n_layer = 8\n"),
         (
             "learning_rate = 1e-3 # with baby networks can afford to go a bit higher\n",
-            "learning_rate = 0.002 # with baby networks can afford to go a bit higher\n",
+            "learning_rate = 2e-3 # with baby networks can afford to go a bit higher\n",
         ),
     ]
     assert runpy.run_path(str(path))["learning_rate"] == 0.002
@@ -122,7 +122,7 @@ def test_python_values_of_every_kind_read_back_as_set(tmp_path):
     after = edit(path, values, tmp_path)
     assert "MATRIX_LR = 1e-05        # learning rate for matrix parameters (Muon)\n" in after
     assert "block_size: int = 512  # context of up to 256 previous characters\n" in after
-    assert "min_lr = 0.0003 # learning_rate / 10 usually\n" in after
+    assert "min_lr = 3e-4 # learning_rate / 10 usually\n" in after  # its exponent notation kept
     assert "betas = (0.9, 0.99)\n" in after  # a tuple stays a tuple
     namespace = runpy.run_path(str(path))
     assert {name: namespace[name] for name in values} == {**values, "betas": (0.9, 0.99)}
@@ -157,7 +157,7 @@ def test_python_skips_tuple_targets_and_edits_the_last_assignment():
 def test_python_offsets_are_characters_across_unicode_and_crlf():
     text = "name = 'héllo wörld'\r\nlr = 1e-3  # ü\r\n"
     after = knobs.set_knobs(text, "python", {"lr": 0.002, "name": "ß"}, "t.py")
-    assert after == "name = 'ß'\r\nlr = 0.002  # ü\r\n"
+    assert after == "name = 'ß'\r\nlr = 2e-3  # ü\r\n"
 
 
 def test_python_computed_value_can_be_set_but_not_read():
@@ -244,7 +244,7 @@ def test_yaml_values_read_back_by_pyyaml_as_their_type(tmp_path):
 
 def test_yaml_anchor_kept_and_alias_follows():
     after = knobs.set_knobs(YAML_CONFIG, "yaml", {"optimizer.lr": 0.002}, "c.yaml")
-    assert "  lr: &lr 0.002    # shared with the scheduler\n" in after
+    assert "  lr: &lr 2.0e-3    # shared with the scheduler\n" in after  # anchor and notation kept
     assert yaml.safe_load(after)["scheduler"]["peak"] == 0.002
 
 

@@ -297,18 +297,22 @@ def test_llm_proposals_run_through_the_loop_and_later_requests_hold_the_history(
     assert_key_written_nowhere(repo)
 
 
-def test_garbage_answers_are_fed_back_then_recorded_as_a_crash_row(repo: Path, model: FakeModel):
+def test_garbage_answers_are_fed_back_then_given_up_without_a_row(repo: Path, model: FakeModel):
     model.script = [
         {"status": 400, "echo_key": True},  # not retried; its message holds the key: masked
         "Sure! I would raise the learning rate a little.",
         proposals({"slug": "dropout", "description": "regularise", "set": {"DROPOUT": 0.1}}),
+        proposals({"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}}),
     ]
     space = {"LR": [0.02, 0.03], "WIDTH": [64, 96]}
-    run(repo, write_campaign(repo, model, {"kind": "llm", "space": space}, stop="2 experiments"))
+    out = run(repo, write_campaign(repo, model, {"kind": "llm", "space": space}, stop="2 experiments"))
     table = rows(repo)
-    assert [r.status for r in table] == ["keep", "crash"]
-    assert "proposal rejected" in table[1].description
-    assert "DROPOUT is not a knob you may set; `set` takes LR, WIDTH" in table[1].description
+    assert [Path(r.branch).name for r in table] == [
+        "baseline",
+        "higher-lr",
+    ]  # a refused proposal is no attempt
+    assert "proposal given up after 3 tries; not an attempt, no row" in out
+    assert "DROPOUT is not a knob you may set; `set` takes LR, WIDTH" in out
     assert "answered 400" in model.texts(1) and "Bearer ***" in model.texts(1)
     assert "the answer is not JSON" in model.texts(2)
     assert "raise the learning rate" in model.texts(2)  # the rejected answer goes back with its reason
@@ -317,6 +321,7 @@ def test_garbage_answers_are_fed_back_then_recorded_as_a_crash_row(repo: Path, m
         ("http_error", None),
         ("ok", "rejected"),
         ("ok", "rejected"),
+        ("ok", "accepted"),
     ]
     assert logged[0]["status"] == 400 and logged[2]["correction"] is True
     assert_key_written_nowhere(repo)
@@ -445,22 +450,18 @@ def fake_context(repo: Path, free_slots: int = 1) -> dict:
 def test_diffs_are_checked_and_every_rejection_is_fed_back(repo: Path, model: FakeModel):
     model.script = [DIFF_FROZEN, DIFF_NO_PRINT, DIFF_STALE, DIFF_SYNTAX, DIFF_LARGE, DIFF_WIDER]
     policy = {"kind": "llm_diff", "required_calls": ["print"], "max_diff_lines": 4}
-    run(repo, write_campaign(repo, model, policy, stop="3 experiments"))
+    out = run(repo, write_campaign(repo, model, policy, stop="2 experiments"))
     table = rows(repo)
-    assert [(Path(r.branch).name, r.status) for r in table] == [
-        ("baseline", "keep"),
-        ("rejected-proposal", "crash"),
-        ("wider", "keep"),
-    ]
-    assert "proposal rejected: patch does not apply to the parent commit" in table[1].description
-    assert table[2].metric_value == pytest.approx(1.2) and table[2].description.startswith("a wider model")
+    assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("wider", "keep")]
+    assert "proposal rejected: patch does not apply to the parent commit" in out
+    assert table[1].metric_value == pytest.approx(1.2) and table[1].description.startswith("a wider model")
     assert (
-        git(repo, "show", f"{table[2].commit}:train.py") == TRAIN.replace("WIDTH = 64", "WIDTH = 96").strip()
+        git(repo, "show", f"{table[1].commit}:train.py") == TRAIN.replace("WIDTH = 64", "WIDTH = 96").strip()
     )
     reasons = [
         "prepare.py is frozen: proposals may only change train.py",
         "the diff removes every call to print() from train.py",
-        None,  # the third rejection ends the attempt as the crash row above
+        None,  # the third rejection gives the proposal up: no row, the next one starts afresh
         "train.py does not compile after the diff: '(' was never closed at line 3",
         "the diff changes 5 lines, more than `max_diff_lines` (4)",
     ]

@@ -86,34 +86,34 @@ def rows(repo: Path) -> list[ledger.Row]:
     return ledger.read(repo / "reports/auto_research/loop/results.tsv")
 
 
-def test_queue_policy_runs_set_and_patch_and_records_rejections_as_crashes(repo: Path):
+def test_queue_policy_runs_set_and_patch_and_ends_saying_it_is_exhausted(repo: Path):
     queue = [
         {"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}},
         {"slug": "wider", "description": "WIDTH 64 -> 96", "patch": PATCH_WIDTH, "parent": "baseline"},
-        {"slug": "no-such", "description": "a constant that does not exist", "set": {"DROPOUT": 0.1}},
-        {"slug": "cheat", "description": "edit the evaluation", "patch": PATCH_FROZEN},
         {"slug": "odd-width", "description": "WIDTH 63 crashes", "set": {"WIDTH": 63}},
     ]
     home = git(repo, "branch", "--show-current")
-    out = ars(repo, "campaign", "run", str(write_campaign(repo, {"kind": "queue", "queue": queue}))).stdout
+    out = ars(
+        repo, "campaign", "run", str(write_campaign(repo, {"kind": "queue", "queue": queue})), code=1
+    ).stdout
     table = rows(repo)
     assert git(repo, "branch", "--show-current") == home and f"back on {home}" in out
     assert [(Path(r.branch).name, r.status) for r in table] == [
         ("baseline", "keep"),
         ("higher-lr", "keep"),
         ("wider", "discard"),
-        ("no-such", "crash"),
-        ("cheat", "crash"),
         ("odd-width", "crash"),
     ]
+    # the closing line never says "go on" when nothing is left to try
+    closing = out.strip().splitlines()[-1]
+    assert closing.startswith(
+        "policy exhausted: no more proposals (stop condition not yet met: 4/10 attempted"
+    )
     assert table[1].metric_value == pytest.approx(1.132) and table[2].metric_value == pytest.approx(1.2)
     assert table[2].parent_commit == table[0].commit
-    assert "train.py has no knob DROPOUT" in table[3].description
-    assert "prepare.py is frozen" in table[4].description
-    assert "exit code 1" in table[5].description and "WIDTH must be even" in table[5].description
+    assert "exit code 1" in table[3].description and "WIDTH must be even" in table[3].description
     assert git(repo, "show", f"{table[2].commit}:prepare.py") == "DATA = 'frozen'"
     assert "no more proposals" in out
-    assert out.strip().splitlines()[-1] == "stop condition not yet met: 6/10 attempted"
 
 
 def test_grid_policy_stops_at_the_count(repo: Path):
@@ -136,7 +136,7 @@ def test_random_policy_is_reproducible_from_its_seed(repo: Path, tmp_path: Path)
         "seed": 7,
         "space": {"LR": {"log_uniform": [0.001, 0.1]}, "WIDTH": [64, 96]},
     }
-    ars(repo, "campaign", "run", str(write_campaign(repo, policy)))
+    ars(repo, "campaign", "run", str(write_campaign(repo, policy)), code=1)
     first = [r.description for r in rows(repo)]
     assert len(first) == 3 and all(d.startswith("set LR=") for d in first[1:])
     from autoresearch_skills.campaign.proposals import make_policy
@@ -172,7 +172,7 @@ def test_command_proposer_gets_context_and_feedback(repo: Path, tmp_path: Path):
     patch_file = tmp_path / "frozen.patch"
     patch_file.write_text(PATCH_FROZEN)
     command = f'{sys.executable} {script} {calls} "$(cat {patch_file})"'
-    ars(repo, "campaign", "run", str(write_campaign(repo, {"kind": "command", "command": command})))
+    ars(repo, "campaign", "run", str(write_campaign(repo, {"kind": "command", "command": command})), code=1)
     seen = [json.loads(line) for line in calls.read_text().splitlines()]
     assert seen[0]["feedback"] is None and seen[0]["has_program"] and seen[0]["sees_train"]
     assert "prepare.py is frozen" in seen[1]["feedback"]
@@ -181,19 +181,31 @@ def test_command_proposer_gets_context_and_feedback(repo: Path, tmp_path: Path):
     assert [r.status for r in table] == ["keep", "keep", "keep"]
 
 
-def test_proposer_that_keeps_failing_becomes_one_crash_row(repo: Path, tmp_path: Path):
+def test_a_proposer_that_keeps_failing_writes_no_row_and_says_so(repo: Path, tmp_path: Path):
     script = tmp_path / "bad.py"
     script.write_text("import sys, json\njson.load(sys.stdin)\nprint('not json at all')\n")
     stop = "2 experiments"
-    ars(
-        repo,
-        "campaign",
-        "run",
-        str(write_campaign(repo, {"kind": "command", "command": f"{sys.executable} {script}"}, stop=stop)),
-    )
-    table = rows(repo)
-    assert [r.status for r in table] == ["keep", "crash"]
-    assert "proposal rejected" in table[1].description and "not JSON" in table[1].description
+    policy = {"kind": "command", "command": f"{sys.executable} {script}"}
+    out = ars(repo, "campaign", "run", str(write_campaign(repo, policy, stop=stop)), code=1).stdout
+    assert [r.status for r in rows(repo)] == ["keep"]  # a refused proposal ran nothing: no attempt
+    closing = out.strip().splitlines()[-1]
+    assert closing.startswith("proposals refused: the last 3 were refused") and "not JSON" in closing
+
+
+def test_campaign_run_refuses_what_validate_refuses_before_any_branch_or_row(repo: Path):
+    queue = [
+        {"slug": "no-such", "description": "a constant that does not exist", "set": {"DROPOUT": 0.1}},
+        {"slug": "cheat", "description": "edit the evaluation", "patch": PATCH_FROZEN},
+    ]
+    grid_without_files = {"kind": "grid", "space": {"LR": [0.01, 0.02]}, "mutable": []}
+    for policy in ({"kind": "queue", "queue": queue}, grid_without_files):
+        path = write_campaign(repo, policy)
+        checked = ars(repo, "campaign", "validate", str(path), code=2)
+        refused = ars(repo, "campaign", "run", str(path), code=2)
+        first_problem = checked.stdout.strip().splitlines()[0] if checked.stdout.strip() else checked.stderr
+        assert first_problem.split(": ", 1)[-1][:60] in refused.stderr
+        assert not (repo / "reports/auto_research/loop").exists()
+        assert git(repo, "branch", "--list", "autoresearch/*") == ""
 
 
 def slow_queue(n: int, seconds: float) -> dict:
@@ -217,9 +229,9 @@ def test_kill_9_then_resume_loses_and_duplicates_nothing(repo: Path, kill_after:
     loop.send_signal(signal.SIGKILL)
     loop.wait()
     if (repo / "reports/auto_research/loop/campaign.yaml").exists():
-        ars(repo, "campaign", "resume", "loop")
+        ars(repo, "campaign", "resume", "loop", code=1)
     else:  # killed before the campaign existed: running the file again creates it
-        ars(repo, "campaign", "run", str(path))
+        ars(repo, "campaign", "run", str(path), code=1)
     table = rows(repo)
     names = [Path(r.branch).name for r in table]
     assert [r.index for r in table] == list(range(len(table)))
@@ -292,7 +304,7 @@ def test_resume_adopts_a_tmux_run_that_outlived_the_loop(repo: Path):
             ["tmux", "-L", socket, "has-session", "-t", f"={session}"], capture_output=True
         )
         assert alive.returncode == 0  # the run goes on without its loop
-        out = ars(repo, "campaign", "resume", "loop").stdout
+        out = ars(repo, "campaign", "resume", "loop", code=1).stdout
         assert "adopting its run" in out
         table = rows(repo)
         assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "keep")]
@@ -303,11 +315,19 @@ def test_resume_adopts_a_tmux_run_that_outlived_the_loop(repo: Path):
 
 def test_tmux_sessions_of_older_runs_are_closed_the_latest_kept(repo: Path):
     socket = f"ars-test-{uuid.uuid4().hex[:8]}"
-    path = write_campaign(repo, slow_queue(3, 0.0), launcher="tmux", tmux_socket=socket, keep_sessions=2)
+    # kept at the end too, so the rule applied while the campaign ran is what remains
+    path = write_campaign(
+        repo,
+        slow_queue(3, 0.0),
+        launcher="tmux",
+        tmux_socket=socket,
+        keep_sessions=2,
+        keep_sessions_at_end=True,
+    )
     tmux = Tmux(socket)
     try:
         tmux("new-session", "-d", "-s", "users-own", "sleep 600")  # never ours to close
-        ars(repo, "campaign", "run", str(path))
+        ars(repo, "campaign", "run", str(path), code=1)
         table = rows(repo)
         assert len(table) == 4
         sessions = set(tmux("list-sessions", "-F", "#{session_name}").stdout.split())
@@ -333,7 +353,7 @@ def kill_loop_and_run(repo: Path, path: Path, slug: str, not_run: str | None = N
 def test_a_run_whose_runner_died_with_the_loop_is_run_again_not_blamed_on_the_hypothesis(repo: Path):
     path = write_campaign(repo, slow_queue(1, 30.0))
     first = kill_loop_and_run(repo, path, "lr-0")
-    out = ars(repo, "campaign", "resume", "loop", env={"SLEEP_CAP": "0.2"}).stdout
+    out = ars(repo, "campaign", "resume", "loop", env={"SLEEP_CAP": "0.2"}, code=1).stdout
     assert "its runner died; starting it once more" in out
     table = rows(repo)
     assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "keep")]
@@ -346,7 +366,7 @@ def test_a_run_whose_runner_dies_twice_is_recorded_as_a_crash(repo: Path):
     path = write_campaign(repo, slow_queue(1, 30.0))
     first = kill_loop_and_run(repo, path, "lr-0")
     kill_loop_and_run(repo, path, "lr-0", not_run=first["run_id"])  # the same file resumes the campaign
-    ars(repo, "campaign", "resume", "loop")
+    ars(repo, "campaign", "resume", "loop", code=1)
     table = rows(repo)
     assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "crash")]
     assert "runner died" in table[1].description

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from autoresearch_skills.metrics import (
     cli,
     extract,
     format_value,
+    listed_values,
     name_matcher,
     names,
     nearest,
@@ -32,6 +34,11 @@ CASES = [
     ("nanogpt", "train loss", 1.2745, 1000),
     ("nanogpt", "loss", 1.36, 1000),  # `iter 1000: loss 1.3600`, not `train loss` nor `val loss`
     ("nanogpt", "mfu", 12.34, 1000),
+    ("nanogpt_cpu", "val loss", 2.6012, 300),  # the whole console of a CPU run, config echo included
+    ("nanogpt_cpu", "train loss", 2.5815, 300),
+    ("nanogpt_cpu", "number of parameters", 0.1, None),  # `number of parameters: 0.10M`
+    ("nanogpt_cpu", "block_size", 64.0, None),  # `Overriding: block_size = 64`, after the config file's 256
+    ("nanogpt_cpu", "time", 977.84, 300),
     ("llm_c", "val loss", 3.7, None),
     ("llm_c", "loss", 3.5, 500),  # `step  500/18865 | loss 3.500000 (-0.42z)|`
     ("llm_c", "HellaSwag", 0.299343, None),  # `HellaSwag: 3006/10042 = 0.299343`: the ratio
@@ -318,6 +325,104 @@ def test_every_fixture_lists_its_result_names(log):
     found = names(REPO_LOGS / f"{log}.log")
     wanted = {metric.lower() for name, metric, _, _ in CASES if name == log}
     assert wanted <= {name.lower() for name in found}
+
+
+# Numbers each log prints in prose, paths, file names, code or comments, and indexes: as names they
+# would be `--list`'s noise (`found vocab_size = 65 (inside data/...)` is a result line and stays).
+NOT_METRICS = {
+    "nanogpt_cpu": [
+        "home/user/",  # `/home/user/nanoGPT/train.py:196: FutureWarning: ...`: `nan` of `nanoGPT`
+        "py",  # ... and `train.py:196`
+        "context of up to",  # `block_size = 256 # context of up to 256 previous characters`
+        "learning_rate /",  # `min_lr = 1e-4 # learning_rate / 10 usually`
+        "with",  # `num non-decayed parameter tensors: 5, with 320 parameters`
+    ],
+    "megatron": ["using world size", "with", "after", "Rank"],  # `[Rank 0] (after 10 iterations)`
+    "modded_nanogpt": [
+        "sys.argv",  # the source code it prints first: `with open(sys.argv[0]) as f:`
+        "training_time_ms",  # `{training_time_ms:.0f}ms`
+        "Oct",  # `Running Python 3.12.7 (main, Oct  1 2024, 08:52:12)`
+        "Thu May",
+        "compiled for CUDA",  # `Running PyTorch 2.7.0.dev20250110+cu126 compiled for CUDA 12.6`
+        "NVIDIA H100",  # nvidia-smi's table: `NVIDIA H100 80GB HBM3`, `N/A 35C P0 119W / 700W`
+        "N/A",
+        "P0",
+        "MiB reserved",  # `peak memory allocated: 29012 MiB reserved: 30124 MiB`
+    ],
+    "torchtitan": ["Llama", "Building", "Initial GC collection", "with local batch size", "Sleeping"],
+    "timm": ["Training with a single process on", "cuda"],  # `... on 1 device (cuda:0).`
+    "lightning_tqdm": ["using", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "Sanity Checking DataLoader"],
+    "lightning_rich": ["using", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "DataLoader"],
+    "llm_c": ["NVIDIA H100", "allocated"],  # `allocated 237 MiB for model parameters`
+    "nanochat": ["NVIDIA H100", "Using Flash Attention"],
+    "openrlhf": ["pid", "Config mesh_device None world_size"],
+    "torchtune": ["Model checkpoint of size"],  # `Model checkpoint of size 2.30 GB saved to ...`
+    "litgpt": ["Time to instantiate model"],  # `Time to instantiate model: 0.05 seconds.`
+}
+
+
+@pytest.mark.parametrize("log", REPOSITORY_LOGS)
+def test_list_shows_metric_names_and_leaves_out_prose_paths_and_code(log):
+    done = CliRunner().invoke(cli, ["extract", str(REPO_LOGS / f"{log}.log"), "--list", "--json"])
+    assert done.exit_code == 0, done.output
+    listed = [entry["name"] for entry in json.loads(done.output)["names"]]
+    picked = {metric.lower() for name, metric, _, _ in CASES if name == log}
+    assert picked <= {name.lower() for name in listed}  # val loss, train loss, eval_loss ... stay
+    assert not set(NOT_METRICS.get(log, [])) & set(listed)
+    for name in listed:  # no piece of a path or a file name, no sentence's middle
+        assert not name.endswith("/") and not re.search(r"\.(py|pkl|pt|bin|json)\b", name), name
+        assert name.split()[0].lower() not in ("with", "at", "of", "for", "in", "on", "using"), name
+
+
+def test_list_shows_each_value_with_the_unit_it_was_printed_with():
+    done = CliRunner().invoke(cli, ["extract", str(REPO_LOGS / "nanogpt_cpu.log"), "--list"])
+    lines = done.output.splitlines()
+    assert "number of parameters: 0.10M" in lines
+    assert "time: 977.84ms  (step 300)" in lines and "mfu: 0.00%  (step 300)" in lines
+    assert "val loss: 2.601200  (step 300)" in lines  # a bare number as the ledger writes it
+    llm_c = CliRunner().invoke(cli, ["extract", str(REPO_LOGS / "llm_c.log"), "--list"]).output
+    assert "total average iteration time: 179.512345 ms" in llm_c.splitlines()  # a unit apart
+    report = CliRunner().invoke(cli, ["extract", str(REPO_LOGS / "nanogpt_cpu.log"), "--list", "--json"])
+    listed = {entry["name"]: entry for entry in json.loads(report.output)["names"]}
+    assert listed["number of parameters"] == {
+        "name": "number of parameters",
+        "value": 0.1,
+        "step": None,
+        "unit": "M",
+    }
+    assert "unit" not in listed["val loss"]
+
+
+def test_list_on_a_nanogpt_run_shows_its_config_and_results_in_order():
+    done = CliRunner().invoke(cli, ["extract", str(REPO_LOGS / "nanogpt_cpu.log"), "--list"])
+    names = [line.split(":")[0] for line in done.output.splitlines()]
+    assert names[:4] == ["eval_interval", "eval_iters", "log_interval", "gradient_accumulation_steps"]
+    assert names[-5:] == ["train loss", "val loss", "loss", "time", "mfu"]
+    assert "block_size: 64" in done.output  # the `--block_size=64` override, not the config file's 256
+
+
+@pytest.mark.parametrize(
+    ("line", "listed"),
+    [
+        ("block_size = 256 # context of up to 256 previous characters", ["block_size"]),
+        ("num non-decayed parameter tensors: 5, with 320 parameters", ["num non-decayed parameter tensors"]),
+        ("/home/user/nanoGPT/train.py:196: FutureWarning: `torch.cuda.amp.GradScaler(args...)`", []),
+        ("iter 10: loss 3.9961, time 78.41ms, mfu 0.00%", ["loss", "time", "mfu"]),
+        ("Running PyTorch 2.7.0.dev20250110+cu126 compiled for CUDA 12.6", []),
+        ("with open(sys.argv[0]) as f:", []),
+        ("Training with a single process on 1 device (cuda:0).", []),
+        ("peak memory allocated: 29012 MiB reserved: 30124 MiB", ["peak memory allocated"]),
+        ("Training starts at step 1, with local batch size 8, global batch size 64", ["global batch size"]),
+        ("[Rank 0] (after 10 iterations) memory (MB) | allocated: 12345.67", ["allocated"]),
+        ("{'eval_loss': '0.3912', 'epoch': '3'}", ["eval_loss", "epoch"]),
+        ("2024-05-01 12:00:05,456 INFO epoch=0 step=100 loss=2.3456", ["epoch", "step", "loss"]),
+        ("val loss 3.700000", ["val loss"]),
+        ("Sleeping 2 seconds for other ranks to complete", []),
+    ],
+)
+def test_a_line_lists_only_its_metric_like_numbers(line, listed):
+    values, _ = listed_values(line)
+    assert [name for name, _, _, metric in values if metric] == listed
 
 
 @pytest.mark.parametrize("log", REPOSITORY_LOGS)

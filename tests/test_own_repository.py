@@ -5,6 +5,7 @@ worktrees, real runs."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -95,9 +96,13 @@ def test_a_nanogpt_shaped_repository_runs_unattended_as_it_is(repo: Path):
             line for line in diff if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
         ]
         assert len(changed_lines) == 2 and changed_lines[0].startswith("-learning_rate = ")
-        assert changed_lines[1] == (
-            f"+learning_rate = {row.description.split('=')[1]}  # with baby networks can afford to go a bit higher"
-        )  # the value alone changed: its comment and every other line are kept
+        written = re.fullmatch(
+            r"\+learning_rate = (\S+)  # with baby networks can afford to go a bit higher", changed_lines[1]
+        )
+        assert written, changed_lines[1]  # the value alone changed: its comment and every other line are kept
+        assert "e-" in written[1] and float(written[1]) == float(
+            row.description.split("=")[1]
+        )  # 1e-3's notation
     assert (repo / "train.py").read_bytes() == train_before
     assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
     assert git(repo, "branch", "--show-current") == "master"
@@ -144,7 +149,7 @@ def test_command_line_knobs_are_written_into_the_command_and_reproduced_by_a_rer
         stop="6 experiments, 2m each",  # the grid ends first: a rerun may still start
         policy={"kind": "grid", "args": {"learning_rate": [1e-2, 3e-2]}},
     )
-    ars(repo, "campaign", "run", str(config), timeout=300)
+    ars(repo, "campaign", "run", str(config), timeout=300, code=1)
     rows = rows_of(repo)
     assert len(rows) == 3 and "crash" not in [r.status for r in rows]
     assert rows[1].command == f"{COMMAND} --learning_rate=0.01"

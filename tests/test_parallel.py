@@ -208,7 +208,7 @@ def test_parallel_loop_runs_side_by_side_on_disjoint_devices_each_in_its_own_wor
     extra = {"tmux_socket": server.name} if launcher == "tmux" else {}
     queue = lr_queue(6, 2.5)  # long enough that a loaded machine still starts all three side by side
     path = write_campaign(repo, queue, parallel=3, gpus="0-5", gpus_per_run=2, launcher=launcher, **extra)
-    ars(repo, "campaign", "run", str(path))
+    ars(repo, "campaign", "run", str(path), code=1)
 
     table = rows(repo)
     assert_dense_unique_ledger(table)
@@ -281,7 +281,7 @@ def test_kill_9_during_a_parallel_campaign_then_resume_gives_one_row_per_attempt
     loop.send_signal(signal.SIGKILL)
     loop.wait()
     resumed = ars(repo, "campaign", "resume", "par", code=None)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
 
     table = rows(repo)
     assert_dense_unique_ledger(table)
@@ -325,7 +325,7 @@ def test_resume_after_a_kill_between_the_hypothesis_commit_and_its_state_save_ru
     state_path.write_text(json.dumps(state))
     hypothesis = git(workdir, "rev-parse", "HEAD")
 
-    ars(repo, "campaign", "resume", "par")
+    ars(repo, "campaign", "resume", "par", code=1)
     table = rows(repo)
     assert sorted(Path(r.branch).name for r in table) == ["baseline", "lr-0", "lr-1"]
     lr_0 = next(r for r in table if r.branch.endswith("/lr-0"))
@@ -394,7 +394,7 @@ def test_the_users_dirty_tree_is_untouched_byte_for_byte_during_a_parallel_campa
     )
     during = {name: (repo / name).read_bytes() for name in user_files}
     out, err = loop.communicate(timeout=120)
-    assert loop.returncode == 0, err
+    assert loop.returncode == 1, err  # the queue ran out before the stop rule
 
     assert during == before
     assert {name: (repo / name).read_bytes() for name in user_files} == before

@@ -387,7 +387,7 @@ def test_report_of_a_campaign_run_through_ars(tmp_path: Path):
         ars(repo, "exp", "start", slug, "-m", f"idea {n}", "--predict", predict, env=env)
         (repo / "train.py").write_text(TRAIN.replace("IDEA = 0", f"IDEA = {n}"))
         ars(repo, "exp", "run", env=env)
-        # near: a candidate its rerun refutes; far: a clear keep, run again as every new best is
+        # near: a candidate its rerun ties with the baseline; far: a clear keep, run again as a new best
         ars(repo, "exp", "rerun", f"#{n * 2}", env=env)
     ars(repo, "report", env=env)
     md = (repo / "reports/auto_research/n/report.md").read_text()
@@ -404,7 +404,10 @@ def test_report_of_a_campaign_run_through_ars(tmp_path: Path):
         "1. #0: 1.010000 (mean of 2 runs: #0, #1) — baseline",
         "2. #4: 0.905000 (mean of 2 runs: #4, #5; 5.6 sigma ahead of #0) — idea 2",
     ]
-    assert "- #2 `near`: candidate refuted by its rerun: 1.010000 (mean of 2 runs: #2, #3)" in chain
+    assert (
+        "- #2 `near`: candidate tied with the best #0 (1.010000) by its rerun, so not kept: "
+        "1.010000 (mean of 2 runs: #2, #3)"
+    ) in chain
     table = section(md, "All attempts")
     assert re.search(r"\| 2 \| discard \| 0\.990000 \| -0\.030000 \| [^|]+ \| candidate \| idea 1 \|", table)
     assert re.search(

@@ -89,7 +89,10 @@ max_commit_mb: 5
 
 
 # Keys added since, after the released ones: a released file lacks them and gets their defaults.
-ADDED_KEYS = ["pattern", "worktree_include", "carry_copy_mb", "args_style", "ray_address", "ray_working_dir"]
+ADDED_KEYS = [
+    "pattern", "worktree_include", "carry_copy_mb", "args_style", "ray_address", "ray_working_dir",
+    "keep_sessions_at_end",
+]  # fmt: skip
 
 
 def test_settings_fields_are_the_released_keys_in_the_released_order():

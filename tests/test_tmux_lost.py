@@ -81,6 +81,7 @@ def test_the_loop_records_lost_sessions_as_crashes_and_goes_on(repo: Path, serve
         "name": "ng", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
         "command": f"{sys.executable} train.py", "launcher": "tmux", "tmux_socket": server.name,
         "stop": "4 experiments", "prefix": "autoresearch/ng", "baseline_repeats": 1,
+        "keep_sessions_at_end": True,  # the server outlives the campaign, for doctor to find below
         "policy": {"kind": "queue", "mutable": ["train.py"], "frozen": ["prepare.py"], "queue": [
             {"slug": "lr-a", "description": "LR 0.02, session killed", "set": {"LR": 0.02}},
             {"slug": "lr-b", "description": "LR 0.025, server killed", "set": {"LR": 0.025}},

@@ -4,12 +4,14 @@ start without importing pandas, git or tmux libraries."""
 
 from __future__ import annotations
 
+import copy
 import importlib
+from pathlib import Path
 
 import click
 
 from autoresearch_skills import __version__
-from autoresearch_skills.errors import run_cli
+from autoresearch_skills.errors import BadInput, run_cli
 
 # name -> ("module:attribute", one-line help). The help is kept here so that `ars --help`
 # imports no sub-command module; each module also runs as `python tools/<module>.py`.
@@ -67,7 +69,8 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
             module_name, attribute = self.lazy[name][0].split(":")
-            return getattr(importlib.import_module(module_name), attribute)
+            command = getattr(importlib.import_module(module_name), attribute)
+            return with_campaign_best(command) if name == "ledger" else command
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -90,6 +93,91 @@ def cli() -> None:
       ars ledger show results.tsv --status keep
       ars metric extract run.log --preset karpathy
     """
+
+
+# ---------------------------------------------------------------- `ars ledger best` in a campaign
+
+
+def with_campaign_best(ledger_group: click.Group) -> click.Group:
+    """`ars ledger`: ledger.py's group, with `best` able to find the campaign's ledger and direction.
+    ledger.py sits below the campaign (ARCHITECTURE.md's layers), so the lookup is wired in here;
+    `python tools/ledger.py best PATH -d DIR` keeps the explicit form alone."""
+    group = copy.copy(ledger_group)
+    group.commands = {**ledger_group.commands, "best": ledger_best}
+    return group
+
+
+@click.command("best")
+@click.argument("path", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-d",
+    "--direction",
+    type=click.Choice(["min", "max"]),
+    help="lower or higher is better (default: the campaign's)",
+)
+@click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+@click.option("--json", "as_json", is_flag=True)
+def ledger_best(path: Path | None, direction: str | None, ref: str | None, as_json: bool) -> None:
+    """Print the best result. Exit 1 when no row is kept yet.
+
+    Inside a campaign, with no arguments: the campaign's best, the one
+    `ars campaign status` names. A -d that contradicts the campaign's
+    direction is warned about on stderr and answered as asked.
+
+    The best is the kept commit whose mean over its runs (reruns pooled by
+    commit and `rerun_of`) is best, among rows of the latest fingerprint; a
+    candidate awaiting its rerun never is. Without commits or reruns: the best
+    kept row. `index` is the commit's first row; --json adds `indexes`, `n`
+    and `mean` (= `metric_value`), the rest from its latest kept row.
+
+    \b
+    Examples:
+      ars ledger best
+      ars ledger best --campaign lr-sweep --json
+      ars ledger best results.tsv --direction min
+    """
+    from autoresearch_skills import ledger
+
+    campaign = _campaign_of(path, ref)
+    if campaign is None and direction is None:
+        raise BadInput(
+            f"{path} is no campaign's ledger: give its direction, -d min or -d max "
+            "(see `ars ledger best --help`)"
+        )
+    if campaign is not None:
+        path, wanted = campaign.ledger, campaign.settings.direction
+        if direction is not None and direction != wanted:
+            click.echo(
+                f"warning: -d {direction} contradicts campaign {campaign.settings.name}'s direction "
+                f"({wanted}); answering for {direction} (`ars ledger best` alone names the campaign's best)",
+                err=True,
+            )
+        direction = direction or wanted
+    ledger.print_best(ledger.best(ledger.read(path), direction), as_json)
+
+
+def _campaign_of(path: Path | None, ref: str | None):
+    """The campaign whose ledger `ars ledger best` reads: --campaign's, else the current one when
+    no PATH is given, else the one whose folder holds PATH; None for a ledger of no campaign."""
+    from autoresearch_skills.campaign.store import find
+
+    if path is None:
+        try:
+            return find(ref)
+        except BadInput as err:
+            if ref:
+                raise
+            raise BadInput(
+                f"{err.message}; outside a campaign give the ledger and its direction: "
+                "ars ledger best results.tsv -d min"
+            ) from None
+    if ref is None:
+        folder = path.parent
+        return find(str(folder)) if (folder / "campaign.yaml").is_file() else None
+    campaign = find(ref)
+    if campaign.ledger.resolve() != path.resolve():
+        raise BadInput(f"{path} is not the ledger of campaign {ref} ({campaign.ledger})")
+    return campaign
 
 
 def main() -> None:

@@ -67,7 +67,8 @@ class KnobError(ValueError):
 
 
 FORMATS = ("python", "yaml", "json", "toml")
-ARG_STYLES = ("flags", "hydra")
+# --lr=0.1 | --lr 0.1 | lr=0.1; a key written `-n` or `--lr` is its own form in any style
+ARG_STYLES = ("flags", "spaced", "hydra")
 _SUFFIXES = {".py": "python", ".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml"}
 _ANY = object()  # the old value of a computed Python knob: any new value may replace it
 _SHOWN = 8  # knob names listed when nothing is near the one asked for
@@ -104,6 +105,9 @@ def set_knobs(text: str, fmt: str, values: dict[str, Any], filename: str) -> str
     the file lacks, a value its format cannot hold, or a list or mapping over a single value."""
     setter = {"python": _py_set, "yaml": _yaml_set, "json": _json_set, "toml": _toml_set}[_check_format(fmt)]
     for name, value in values.items():
+        value = _as_held(text, fmt, str(name), value, filename)
+        if _unchanged(text, fmt, str(name), value, filename):
+            continue  # the file already says it: every byte stays, `99e-2` is not rewritten `9.9e-1`
         text = setter(text, str(name), value, filename)
         _check_written(text, fmt, str(name), value, filename)
     return text
@@ -122,12 +126,113 @@ def nearest(name: str, names: list[str], n: int = 3) -> list[str]:
 
 
 def render_args(values: dict[str, Any], style: str = "flags") -> list[str]:
-    """argv items that set each knob: `--name=value` (flags) or `name=value` (hydra)."""
-    if style == "flags":
-        return [f"--{name}={_flag_value(value)}" for name, value in values.items()]
-    if style == "hydra":
-        return [f"{name}={_hydra_value(value)}" for name, value in values.items()]
-    raise KnobError(f"unknown argument style {style!r}: use one of {', '.join(ARG_STYLES)}")
+    """argv items that set each knob, in the campaign's style: `--name=value` (flags),
+    `--name value` (spaced) or `name=value` (hydra). A key written as a flag is rendered as
+    written, whatever the style: `-n` -> `-n 24576`, `--lr` -> `--lr 0.1`, `--lr=` -> `--lr=0.1`."""
+    if style not in ARG_STYLES:
+        raise KnobError(f"unknown argument style {style!r}: use one of {', '.join(ARG_STYLES)}")
+    items: list[str] = []
+    for name, value in values.items():
+        name = str(name)
+        if name.startswith("-"):
+            flag = name.rstrip("=")
+            items += [f"{name}{_flag_value(value)}"] if name.endswith("=") else [flag, _flag_value(value)]
+        elif style == "hydra":
+            items.append(f"{name}={_hydra_value(value)}")
+        elif style == "spaced":
+            items += [f"--{name}", _flag_value(value)]
+        else:
+            items.append(f"--{name}={_flag_value(value)}")
+    return items
+
+
+def arg_name(key: str) -> str:
+    """The knob a command-line key names: `--n-embd`, `--n_embd=`, `-n` -> `n_embd`, `n_embd`, `n`."""
+    return _normal(str(key).lstrip("-+").rstrip("="))
+
+
+def command_line_knobs(command: str | list[str]) -> dict[str, str]:
+    """The knobs a command line sets after its program, each with the words that set it:
+    `--n_embd=64`, `--lr 0.1`, `-n 8` and Hydra's or nanoGPT's `name=value`. Names as `arg_name`
+    gives them. Assignments before the program (`CUDA_VISIBLE_DEVICES=0 python ...`) are the
+    environment, not knobs; a command the shell cannot split sets none that can be told."""
+    try:
+        words = list(command) if isinstance(command, list) else shlex.split(command)
+    except ValueError:
+        return {}
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        words = words[1:]
+    found: dict[str, str] = {}
+    for n, word in enumerate(words[1:], start=1):
+        following = words[n + 1] if n + 1 < len(words) else None
+        if re.fullmatch(r"--?[A-Za-z][\w.\-]*=.*", word):
+            found[arg_name(word.split("=", 1)[0])] = word
+        elif (
+            re.fullmatch(r"--?[A-Za-z][\w.\-]*", word)
+            and following is not None
+            and not following.startswith("-")
+        ):
+            found[arg_name(word)] = f"{word} {following}"
+        elif re.fullmatch(r"\+{0,2}[A-Za-z_][\w.]*=.*", word):
+            found[arg_name(word.split("=", 1)[0])] = word
+    return found
+
+
+def changed_knobs(before: str, after: str, fmt: str, filename: str = "the file") -> list[str]:
+    """The knobs whose value differs between two versions of a file, in file order (a Python
+    knob compared by its source, so a computed value counts too); [] when either is unreadable."""
+    try:
+        if _check_format(fmt) == "python":
+            old, new = _py_values(before, filename), _py_values(after, filename)
+            return [n for n, node in new.items() if n not in old or ast.dump(old[n]) != ast.dump(node)]
+        old_tree, new_tree = _load_tree(before, fmt, filename), _load_tree(after, fmt, filename)
+    except KnobError:
+        return []
+    changed = []
+    for name in _leaves(new_tree):
+        try:
+            was = _plain(_get(old_tree, name))
+        except KeyError:
+            was = _ANY
+        if was is _ANY or not _same(was, _plain(_get(new_tree, name))):
+            changed.append(name)
+    return changed
+
+
+def shadowed_by_command(changed: dict[str, str], command: str | list[str]) -> list[str]:
+    """One warning per knob an experiment changes in a file (`changed`: name -> file) that the
+    command line also sets: scripts such as nanoGPT's read their command line after the config
+    file, so the file's new value never reaches the run."""
+    given = command_line_knobs(command)
+    lines = []
+    for name, path in changed.items():
+        flag = given.get(arg_name(name)) or given.get(arg_name(name.rsplit(".", 1)[-1]))
+        if flag is None:
+            continue
+        lines.append(
+            f"{path}: {name} is changed there, but the command also sets it (`{flag}`), and a command line "
+            f"usually wins over a config file, so this change may have no effect: give it on the command line "
+            f"instead (`ars exp start SLUG --args {name.rsplit('.', 1)[-1]}=VALUE`, or `policy.args`), "
+            f"or take `{flag}` out of the campaign's command"
+        )
+    return lines
+
+
+def overridden_args(values: dict[str, Any], command: str) -> list[str]:
+    """One warning per command-line knob of `values` that the command also sets after the place
+    where `with_args` writes it (`${args}`): the later flag wins, so the knob has no effect."""
+    if ARGS_PLACE not in command:
+        return []  # written at the end: the knob comes last and wins
+    after = command_line_knobs("program " + command.split(ARGS_PLACE, 1)[1])
+    lines = []
+    for name in values:
+        flag = after.get(arg_name(str(name)))
+        if flag is not None:
+            lines.append(
+                f"{name} is set by the experiment, but the command sets it again after `${{args}}` (`{flag}`), "
+                f"and the later one usually wins: take `{flag}` out of the campaign's command"
+            )
+    return lines
 
 
 def shell_join(items: list[str]) -> str:
@@ -185,6 +290,18 @@ def by_file(values: dict[str, Any], files: dict[str, str]) -> dict[str, dict[str
 # ---------------------------------------------------------------- shared
 
 
+def _normal(name: str) -> str:
+    """A knob name as scripts compare them: argparse maps `--n-embd` to `n_embd`."""
+    return name.replace("-", "_").lower()
+
+
+def _get(data: Any, name: str) -> Any:
+    node = data
+    for part in name.split("."):
+        node = node[_child_key(node, part)]
+    return node
+
+
 def _check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise KnobError(f"unknown knob file format {fmt!r}: use one of {', '.join(FORMATS)}")
@@ -212,9 +329,88 @@ def _check_written(text: str, fmt: str, name: str, value: Any, filename: str) ->
     except KnobError:
         back = _ANY
     if not _same(back, value):
+        shown = "not as a literal" if back is _ANY else f"as {back!r} ({type(back).__name__})"
         raise KnobError(
-            f"{filename}: {name} cannot be set to {value!r} where it is written; edit the file itself"
+            f"{filename}: {name} set to {value!r} would read back {shown} where it is written; "
+            "edit the file itself"
         )
+
+
+def _unchanged(text: str, fmt: str, name: str, value: Any, filename: str) -> bool:
+    try:
+        old = read_knob(text, fmt, name, filename=filename)
+    except KnobError:
+        return False
+    return type(old) is type(value) and _same(old, value)
+
+
+def _as_held(text: str, fmt: str, name: str, value: Any, filename: str) -> Any:
+    """`value` as the type the knob holds now, so a run reads what it always read: a float where a
+    float was (1 -> 1.0), an int where an int was (2e4 -> 20000), a number written as text
+    ("1e-3", as JSON proposals send it) as that number. A value no reader of the knob's type could
+    take (text or a bool over a number, a number over a bool) is a KnobError naming both types.
+    A text knob takes anything (rl-zoo's `learning_rate: lin_2.5e-4` may become 3e-4), and so
+    does a computed or empty one."""
+    try:
+        old = read_knob(text, fmt, name, filename=filename)
+    except KnobError:
+        return value  # a computed knob, or none: the setter says which
+    if old is None or isinstance(old, str) or _kind(old) != "single value" or _kind(value) != "single value":
+        return value  # a null, text, or a change of shape (refused by the setter, naming the shape)
+    if isinstance(old, bool):
+        if isinstance(value, bool):
+            return value
+        raise KnobError(f"{filename}: {name} is true or false ({old!r}), so {value!r} cannot replace it")
+    if isinstance(old, (int, float)):
+        number = _number(value)
+        if number is None:
+            raise KnobError(
+                f"{filename}: {name} is a number ({old!r}), so {value!r} ({type(value).__name__}) "
+                "cannot replace it: give a number"
+            )
+        if isinstance(old, float):
+            return float(number)
+        if isinstance(number, float) and number.is_integer() and abs(number) < 2**53:
+            return int(number)
+        return number
+    return value
+
+
+def _number(value: Any) -> int | float | None:
+    """A number, or text that YAML 1.2 reads as one (`"1e-3"`); None for anything else."""
+    from autoresearch_skills.yamlfile import FLOAT, INT, scalar
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str) and (INT.fullmatch(value.strip()) or FLOAT.fullmatch(value.strip())):
+        return scalar(value.strip())
+    return None
+
+
+_EXPONENT = re.compile(r"[-+]?[0-9][0-9_]*(?P<dot>\.[0-9]*)?(?P<e>[eE])(?P<sign>[-+]?)(?P<digits>[0-9]+)")
+
+
+def _float_like(value: float, old_text: str) -> str | None:
+    """`value` in the exponent notation the old literal used (`6e-4` -> `3e-4`, `1.0E+05` ->
+    `2.0E+04`), so a file keeps its way of writing numbers; None when the old literal is not
+    exponent notation (or the value has no exponent to speak of)."""
+    from decimal import Decimal
+
+    written = _EXPONENT.fullmatch(old_text.strip())
+    if written is None or not math.isfinite(value) or value == 0:
+        return None
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    power = exponent + len(digits) - 1
+    if power == 0:
+        return None
+    mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+    if written["dot"] and "." not in mantissa:
+        mantissa += ".0"
+    plus = "+" if written["sign"] == "+" else ""
+    shown_power = f"{abs(power):0{len(written['digits'])}d}"
+    return f"{'-' if sign else ''}{mantissa}{written['e']}{'-' if power < 0 else plus}{shown_power}"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -336,7 +532,9 @@ def _yaml_set(text: str, name: str, value: Any, filename: str) -> str:
     _check_kind(name, parent[key], value, filename)
     _check_native(value, name, filename, "YAML")
     start, end, style, lead = _yaml_span(text, name, filename)
-    return text[:start] + lead + _yaml_flow(value, style) + text[end:]
+    old_text = re.sub(r"^(?:[&!]\S*\s+)*", "", text[start:end])  # the literal, after its anchor or tag
+    written = _float_like(value, old_text) if isinstance(value, float) else None
+    return text[:start] + lead + (written or _yaml_flow(value, style)) + text[end:]
 
 
 def _yaml_span(text: str, name: str, filename: str) -> tuple[int, int, str | None, str]:
@@ -571,7 +769,7 @@ def _py_literal(value: Any, old_source: str, old: Any, name: str, filename: str)
     kept a tuple, a string in the old value's double quotes."""
     if isinstance(value, list) and isinstance(old, tuple):
         value = tuple(value)
-    text = repr(value)
+    text = (isinstance(value, float) and _float_like(value, old_source)) or repr(value)
     if isinstance(value, str) and old_source.startswith('"') and text.startswith("'") and '"' not in value:
         text = f'"{text[1:-1]}"'
     try:

@@ -504,7 +504,11 @@ def best_cmd(path: Path, direction: str, as_json: bool) -> None:
       ars ledger best results.tsv --direction min
       ars ledger best results.tsv -d max --json
     """
-    found = best(read(path), direction)
+    print_best(best(read(path), direction), as_json)
+
+
+def print_best(found: noise.Best | None, as_json: bool) -> None:
+    """What `ars ledger best` prints: the best's `key: value` lines (or JSON); exit 1 without one."""
     if found is None:
         click.echo("best: none (no kept row yet)", err=True)
         sys.exit(1)

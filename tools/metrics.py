@@ -8,8 +8,9 @@ each line into names and numbers, a name being the text between the previous num
 never a part of a longer one: `loss` is not `train loss`, `reward` is not `reward_std`. The line's
 `step`-like name (`step 200`, `iter 100:`, `iteration 100/1000`) gives the values their step. A value
 followed by a bracketed one (`Acc@1: 48.378 ( 52.378)`) reads the bracketed running average, the
-result timm and pytorch/examples report. `names()` lists every name a log holds, `nearest()` the one
-closest to a name that is missing.
+result timm and pytorch/examples report. `names()` lists the names a log prints as metrics (on
+progress and result lines, not in prose, paths or comments), `nearest()` the one closest to a name
+that is missing.
 
 Presets know formats whose names are not printed as they are stored (references/metric-presets.md):
   karpathy  the end-of-run block `val_bpb:          0.997900`, and `step 00042 (..) | loss: ...` lines
@@ -36,7 +37,7 @@ import math
 import operator
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -55,8 +56,10 @@ __all__ = [
     "format_value",
     "guess_direction",
     "latest",
+    "listing",
     "names",
     "nearest",
+    "recent",
     "resolve_preset",
     "tail_lines",
 ]
@@ -148,7 +151,7 @@ def printed_values(line: str, after: int | None = None) -> tuple[list[tuple[str,
     every name that ends before `after`)."""
     step = None
     pairs = []
-    for name, value, separated in _named_numbers(line, after):
+    for name, value, separated, *_ in _named_numbers(line, after):
         if _is_step(name):
             if step is None and value.is_integer():
                 step = int(value)
@@ -161,13 +164,25 @@ def printed_values(line: str, after: int | None = None) -> tuple[list[tuple[str,
 _STEP_WORD = re.compile(r"step|iter|\bit\b", re.IGNORECASE)  # in every name _is_step accepts
 
 
-def _named_numbers(line: str, after: int | None = None) -> list[tuple[str, float, bool]]:
-    """(name, value, whether `:` or `=` stood between them) for every named number in `line`;
-    with `after`, stops at the first value past it unless a step name may follow."""
+# One named number: (name, value, whether `:` or `=` stood between them, where the text naming it
+# begins (-1: a table cell before a cut), where the value ends (its unit and bracketed average
+# included), the value as printed with its unit). Positions are in `_unwrapped(line)`.
+Named = tuple[str, float, bool, int, int, str]
+
+
+def _unwrapped(line: str) -> str:
+    """The line with `np.float64(0.53)` and `tensor(0.53)` written as the numbers they hold."""
     if "(" in line and ("np." in line or "tensor(" in line):
-        line = _WRAPPED.sub(r"\1", line)
+        return _WRAPPED.sub(r"\1", line)
+    return line
+
+
+def _named_numbers(line: str, after: int | None = None) -> list[Named]:
+    """Every named number in `line` (see `Named`); with `after`, stops at the first value past it
+    unless a step name may follow."""
+    line = _unwrapped(line)
     averages = "(" in line and not line.lstrip().startswith("*")  # timm's ` * Acc@1 79.1 (20.9)`: an error
-    found: list[tuple[str, float, bool]] = []
+    found: list[Named] = []
     start = 0  # where the text naming the next value begins
     after_value = False  # whether `start` follows a value (else the line's start or a cut)
     cell = ""  # the text between the last two cuts, for table rows
@@ -185,27 +200,30 @@ def _named_numbers(line: str, after: int | None = None) -> list[tuple[str, float
             cell = "" if after_value else line[start:begin]
             cut, start, after_value = token.group(), end, False
             continue
-        text = line[start:begin]
+        text_start, text = start, line[start:begin]
         name, separated = _label(text)
         if name is None and not after_value and cell and cut in _TABLE_CUTS and not text.strip():
             name, separated = _label(cell)
+            text_start = -1
         start, after_value = end, True
-        value = float(token.group("number"))
+        value, shown = float(token.group("number")), token.group("value")
         if name is None:
             bare = text.strip()
             if bare == "/":
                 fraction_of = named
             elif bare == "=" and fraction_of is not None:
-                found[fraction_of] = (found[fraction_of][0], value, True)
+                ratio_of = found[fraction_of]
+                found[fraction_of] = (ratio_of[0], value, True, ratio_of[3], end, shown)
                 fraction_of = None
             named = None
             continue
         average = _AVERAGE.match(line, end) if averages else None
         if average and average.group("unit") == token.group("unit") and not _is_step(name):
             value = float(average.group("number"))
+            shown = average.group("number") + (average.group("unit") or "")
             start = skip_to = average.end()
         named, fraction_of = len(found), None
-        found.append((name, value, separated))
+        found.append((name, value, separated, text_start, start, shown))
         stepped = stepped or (_is_step(name) and value.is_integer())
         if after is not None and begin >= after and not _more_to_read(line, start, stepped):
             break
@@ -252,6 +270,129 @@ def _label(text: str) -> tuple[str | None, bool]:
 def _is_step(name: str) -> bool:
     lowered = name.lower()
     return lowered in GENERIC_STEP_KEYS or lowered.rsplit(" ", 1)[-1] in STEP_WORDS
+
+
+# --- what `--list` shows: names that read as metrics ----------------------------------------
+#
+# `extract` reads any name a user asks for; `--list` offers names to pick from, so it leaves out
+# numbers that sit in prose, paths and code, each rule taken from a log that printed one:
+_COMMENT = re.compile(r"(?:^|\s)#+(?:\s|$)")  # a config echo: `block_size = 256 # context of up to 256`
+_FILE_NAME = re.compile(
+    r"\.(?:py|c|cc|cpp|cu|h|rs|go|js|ts|pkl|pt|pth|bin|npy|npz|json|ya?ml|toml|txt|log|csv|ckpt|safetensors)\b",
+    re.IGNORECASE,
+)  # `/home/user/nanoGPT/train.py:196: FutureWarning`
+# A name that starts like a sentence's middle: `Training starts at step 1, with local batch size 8`.
+_PROSE_WORDS = frozenset(
+    {"a", "an", "the", "and", "or", "with", "without", "at", "of", "to", "for", "in", "on", "from", "by",
+     "after", "before", "into", "over", "under", "than", "using", "is", "are", "was", "were", "will", "be"}
+)  # fmt: skip
+# An index, not a measurement: `[Rank 0]`, `LOCAL_RANK: 0`, `(cuda:0)`, `Validation DataLoader 0:`.
+_INDEX_WORDS = frozenset({"rank", "cuda", "gpu", "device", "devices", "node", "worker", "pid", "dataloader"})
+# A unit printed apart from its number: shown with it (`total average iteration time: 179.5 ms`,
+# `Trainable params: 100 K`); starting the next name, it makes a misread name (`MiB reserved`).
+_UNIT_WORD = re.compile(
+    r"(?:%|[mun]?s|µs|secs?|seconds|mins?|minutes|h|hrs?|hours|[kKMGT]|[KMGTP]i?B|B|[A-Za-z]+/s(?:ec)?)(?=\W|$)"
+)
+# A unit glued to the number: `0.10M`, `81.2ms`, `45%`, `12.3GiB`, `30.1it/s`, `675711GF`. Letters
+# that are no unit make it no value: `35C` in an nvidia-smi table, `nanoGPT` in a path.
+_GLUED_UNIT = re.compile(
+    r"%|[kKMBGT]|[KMGTP]i?B|[mun]?s|µs|sec|m|min|h|x|[KMGTP]?FLOPs?|[GT]F|(?:[A-Za-z]+/)+[A-Za-z]+"
+)
+_NO_NAME_WORDS = frozenset({"None", "True", "False", "null"})  # a config dump's line, not one key
+_CLOSES_VALUE = frozenset(",;|}])([{:│┃║")  # what may follow a value on a metric line
+_OF_TOTAL = re.compile(r"/\s*\d")
+_BARE_NUMBER = re.compile(NUMBER)
+_LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"})
+
+
+def listed_values(
+    line: str, known: Container[str] = ()
+) -> tuple[list[tuple[str, float, str, bool]], int | None]:
+    """What `--list` makes of `line`: (name, value, value as printed with its unit, whether it reads
+    as a metric) for every named number, and the line's step as `printed_values` gives it. A
+    number reads as a metric when it ends the line or is followed by a separator or by the next
+    name and its value (`iter 10: loss 4.2, time 45.1ms, mfu 12.3%`, `val_bpb: 0.9979`,
+    `{'eval_loss': 0.39}`); not when prose follows it (`with 320 parameters`), it is in a
+    `# comment`, a path, a file name or an index (`sys.argv[0]`, `cuda:0`, `[Rank 0]`), or its
+    name starts mid-sentence. Names in `known` already read as metrics and are not checked again
+    (a listing checks a name until it reads as one once)."""
+    line = _unwrapped(line)
+    found = _named_numbers(line)
+    comment = _COMMENT.search(line)
+    code = line[: comment.start()] if comment else line
+    starts = {entry[3] for entry in found}  # where each name's text begins
+    step = None
+    listed = []
+    for name, value, separated, text_start, end, shown in found:
+        if _is_step(name):
+            if step is None and value.is_integer():
+                step = int(value)
+            if not separated:
+                continue
+        unit = _closing_unit(code, end, starts)
+        metric = unit is not None and (
+            name in known or _reads_as_metric(line, name, value, text_start, end - len(shown), shown)
+        )
+        listed.append((name, value, f"{shown} {unit}" if unit else shown, metric))
+    return listed, step
+
+
+def _closing_unit(code: str, end: int, starts: set[int]) -> str | None:
+    """What closes the value ending at `end`: "" for the line's end, a separator or the next name
+    (whose text begins right there); a unit word followed by one of those; None for more words
+    of a sentence (`with 320 parameters`) or a value inside a comment."""
+    if end > len(code):
+        return None
+    rest = code[end:].lstrip(" \t'\"")
+    if not rest or rest[0] in _CLOSES_VALUE or rest.startswith("- ") or end in starts:
+        return ""
+    if _OF_TOTAL.match(rest):  # `step 500/18865`, `Epoch 2/2`: 500 of 18865
+        return ""
+    unit = _UNIT_WORD.match(rest)
+    if unit is None:
+        return None
+    after = rest[unit.end() :].lstrip(" \t'\"")
+    if not after or after[0] in _CLOSES_VALUE or after.startswith("- "):
+        return unit.group()
+    return None
+
+
+def _reads_as_metric(line: str, name: str, value: float, text_start: int, begin: int, shown: str) -> bool:
+    words = name.lower().replace("_", " ").split()
+    if words[0] in _PROSE_WORDS or (" " in name and _UNIT_WORD.fullmatch(name.split()[0])):
+        return False
+    if words[-1] in _INDEX_WORDS and words[-2:-1] != ["per"] and value.is_integer():
+        return False
+    if _NO_NAME_WORDS.intersection(name.split()):
+        return False
+    before = line[:begin].rstrip()
+    if before.endswith(("/", "\\")) or (before.endswith("[") and before[:-1][-1:].isalnum()):
+        return False  # a piece of a path (`/home/user/nanoGPT`) or a subscript (`sys.argv[0]`)
+    if name.endswith("/") or name.startswith(("/", ".", "~")) or _FILE_NAME.search(name):
+        return False
+    if text_start >= 0 and re.match(r"\.[A-Za-z]", line[text_start : text_start + 2]):
+        return False  # the extension of a file name the value before ate: `train.py:196`
+    unit = shown[_BARE_NUMBER.match(shown).end() :]
+    if unit and not _GLUED_UNIT.fullmatch(unit):
+        return False
+    return text_start < 0 or not _mid_sentence(line[text_start:begin], name)
+
+
+def _mid_sentence(text: str, name: str) -> bool:
+    """Whether words of a sentence stand before the name in `text` (the text naming it): a
+    version or count between them and the name (`Running PyTorch 2.7.0 compiled for CUDA 12.6`).
+    A timestamp or a log level before the name is no sentence."""
+    heads = list(re.finditer(r"\s+".join(map(re.escape, name.split())), text))
+    before = text[: heads[-1].start()].split() if heads else []
+    seen_word = False
+    for word in before:
+        if word.lstrip("[(").upper().rstrip("]):") in _LOG_LEVELS:
+            continue
+        if word[:1].isalpha():
+            seen_word = True
+        elif seen_word and word.lstrip("+-")[:1].isdigit():
+            return True
+    return False
 
 
 _KARPATHY_SUMMARY = re.compile(rf"^\s*({_KEY}):\s+({NUMBER})\s*$")
@@ -827,27 +968,74 @@ def latest(path: str | Path, preset: str = "generic") -> dict[str, Sample]:
     return found
 
 
+def recent(path: str | Path, preset: str, metric: str, tail_bytes: int = LATEST_WINDOW) -> list[Sample]:
+    """Every value of `metric` in the last `tail_bytes` of a text log, in file order (gzip'd logs
+    and stored runs: all of them), falling back to the name as printed like `extract`: the
+    recent values of a log of any size, cheaply."""
+    chosen = resolve_preset(preset)
+    source = _open_source(path, chosen, None, metric)
+    wanted = name_matcher(metric)
+    found = [s for samples, _ in _scan_tail(source, tail_bytes)[0] for s in samples if wanted(s.name)]
+    if not found and source.kind == "log" and source.make_parser is not GenericParser:
+        fallback = replace(source, make_parser=GenericParser)
+        found = [s for samples, _ in _scan_tail(fallback, tail_bytes)[0] for s in samples if wanted(s.name)]
+    return found
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A name `--list` shows: its last Sample and that value as printed (`0.10M`, `81.2ms`, `45%`,
+    `179.5 ms`; empty where a preset or a stored source gave it)."""
+
+    sample: Sample
+    printed: str = ""
+
+    @property
+    def unit(self) -> str:
+        """The unit printed with the value (`M`, `ms`, `%`, `GiB`), or ""."""
+        number = _BARE_NUMBER.match(self.printed)
+        return self.printed[number.end() :].strip() if number else ""
+
+    def shown(self) -> str:
+        """The value with its unit as printed; a bare number as the ledger writes it."""
+        return self.printed if self.unit else format_value(self.sample.value)
+
+
 def names(path: str | Path, preset: str = "generic", tail_bytes: int | None = None) -> dict[str, Sample]:
-    """Every name `extract` can read in the log, with its last Sample, in the order the names first
-    appear. A preset other than generic adds the names as printed that it does not read itself,
-    since `extract` falls back to those. `tail_bytes` reads only the end of a plain text log
-    (cheap after a crash); None reads the whole file."""
+    """Every metric-like name `extract` can read in the log, with its last Sample, in the order the
+    names first appear (`listing` says which names read as metrics). `tail_bytes` reads only the
+    end of a plain text log (cheap after a crash); None reads the whole file."""
+    return {name: listed.sample for name, listed in listing(path, preset, tail_bytes).items()}
+
+
+def listing(path: str | Path, preset: str = "generic", tail_bytes: int | None = None) -> dict[str, Listed]:
+    """What `--list` shows: the names as printed that read as metrics somewhere in the log
+    (`listed_values`: progress lines, `key: value` result lines, end-of-run blocks; not prose,
+    paths, file names or comments), each with its last value, which is what `extract` reads for
+    it. A preset other than generic shows its own names too."""
     chosen = resolve_preset(preset)
     source = _open_source(path, chosen, None, None)
     if source.kind != "log":
-        return _last_per_name(s for samples in _scan_all(source) for s in samples)
-    parsers = [source.make_parser()] if source.make_parser else []
-    if source.make_parser is not GenericParser:
-        parsers.append(GenericParser())
-    found: list[dict[str, Sample]] = [{} for _ in parsers]
+        stored = _last_per_name(sample for samples in _scan_all(source) for sample in samples)
+        return {name: Listed(sample) for name, sample in stored.items()}
+    parser = source.make_parser() if source.make_parser not in (None, GenericParser) else None
+    own: dict[str, Listed] = {}
+    last: dict[str, Listed] = {}
+    metric_like: dict[str, None] = {}  # in the order they first read as metrics
     for line in _text_lines(source, tail_bytes):
-        for parser, seen in zip(parsers, found):
+        values, step = listed_values(line, metric_like)
+        for name, value, printed, metric in values:
+            last[name] = Listed(Sample(name, value, step), printed)
+            if metric:
+                metric_like.setdefault(name)
+        if parser is not None:
             for sample in parser.feed(line):
-                seen[sample.name] = sample
-    own = found[0]
-    for name, sample in (found[1] if len(found) > 1 else {}).items():
-        if not any(name_matcher(name)(known) for known in own):  # the preset answers to it
-            own.setdefault(name, sample)
+                printed = next((v[2] for v in values if v[0] == sample.name and v[1] == sample.value), "")
+                own[sample.name] = Listed(sample, printed)
+    preset_names = list(own)
+    for name in metric_like:
+        if not any(name_matcher(name)(known) for known in preset_names):  # the preset answers to it
+            own.setdefault(name, last[name])
     return own
 
 
@@ -950,7 +1138,7 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="one JSON object")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV rows: name,step,value")
 @click.option(
-    "-l", "--list", "as_list", is_flag=True, help="every name LOG holds, with its last value and step"
+    "-l", "--list", "as_list", is_flag=True, help="the metric names LOG holds, with last value, unit and step"
 )
 def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as_csv, as_list) -> None:
     """Print a metric from LOG: a text log (plain or .gz), a .jsonl file, a TensorBoard event
@@ -959,7 +1147,8 @@ def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as
 
     --metric is the name as the log prints it, spaces and case as written (`val loss`,
     `Validation bpb`, `eval_loss`, `Acc@1`); a part of a longer name never matches (`loss` is
-    not `train loss`). --list prints every name the log holds, with its last value and step.
+    not `train loss`). --list prints the metric names the log holds (not numbers in prose,
+    paths or comments), each with its last value, its unit as printed and its step.
 
     `last` reads backwards from the end and stops at the latest value; `best`, `series` and
     --list read the whole file. Exit 0: found; 1: not found (stderr names the closest name
@@ -1020,18 +1209,27 @@ def extract_cmd(log: Path, preset, metric, pattern, mode, direction, as_json, as
 def _list_names(log: Path, preset: str, pattern: str | None, as_json: bool, as_csv: bool) -> None:
     if pattern is not None or as_csv:
         raise BadInput("--list prints names and values: leave out --pattern and --csv")
-    found = names(log, preset)
+    found = listing(log, preset)
     if as_json:
-        listed = [{"name": s.name, "value": _json_number(s.value), "step": s.step} for s in found.values()]
+        listed = [_listed_json(entry) for entry in found.values()]
         click.echo(
             json.dumps({"path": str(log), "preset": resolve_preset(preset).name, "names": listed}, indent=2)
         )
     else:
-        for s in found.values():
-            click.echo(f"{s.name}: {format_value(s.value)}{'' if s.step is None else f'  (step {s.step})'}")
+        for entry in found.values():
+            s = entry.sample
+            click.echo(f"{s.name}: {entry.shown()}{'' if s.step is None else f'  (step {s.step})'}")
     if not found:
         click.echo(f"metric: no names with values in {log} (preset {resolve_preset(preset).name})", err=True)
         sys.exit(EXIT_NEGATIVE)
+
+
+def _listed_json(entry: Listed) -> dict:
+    s = entry.sample
+    out = {"name": s.name, "value": _json_number(s.value), "step": s.step}
+    if entry.unit:
+        out["unit"] = entry.unit
+    return out
 
 
 def _as_json(log: Path, preset: Preset, name, mode, direction, samples: list[Sample]) -> dict:

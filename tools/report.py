@@ -8,7 +8,7 @@ Noise: results are ranked only among rows of one fingerprint (the latest row's; 
 are listed apart), and a commit is judged by the mean of its runs (`noise.groups`: a rerun is a
 run of its commit, never an improvement of its own). The report gives the campaign's sigma, each
 kept commit's runs and margin in sigma, and the chain of kept commits whose mean beats every kept
-commit before them: a candidate its rerun refuted is not in it. A ledger without the optional
+commit before them: a candidate its rerun did not confirm is not in it. A ledger without the optional
 columns (17 or 15) gives the report it always gave.
 
 Slots: the ledger keeps each run's `started_at`, `ended_at` and `devices` (CUDA_VISIBLE_DEVICES),
@@ -175,9 +175,10 @@ def improvements(rows: list, direction: str) -> list:
     return [st.first_row(g) for g in st.chain]
 
 
-def left_out(st: Standing) -> list[tuple[object, str]]:
+def left_out(st: Standing, direction: str) -> list[tuple[object, str]]:
     """Commits that were candidates or kept but are not in the chain, and why: a candidate still
-    owed its rerun, one its reruns refuted, a keep whose reruns pulled its mean back."""
+    owed its rerun, one its reruns did not confirm (`unconfirmed`), a keep whose reruns pulled its
+    mean back."""
     in_chain = {g.key for g in st.chain}
     by_index = {r.index: r for r in st.comparable}
     out = []
@@ -188,12 +189,26 @@ def left_out(st: Standing) -> list[tuple[object, str]]:
         if g.candidate:
             why = f"candidate, waiting for its confirmation rerun ({st.runs_text(g)})"
         elif not g.kept:
-            why = f"candidate refuted by its rerun: {_fmt(g.mean)} ({st.runs_text(g)})"
+            why = f"{unconfirmed(st, g, direction)}: {_fmt(g.mean)} ({st.runs_text(g)})"
         else:
             before = [c for c in st.chain if c.key < g.key][-1]
             why = f"kept, but {_fmt(g.mean)} ({st.runs_text(g)}) does not beat #{before.key} ({_fmt(before.mean)})"
         out.append((st.first_row(g), why))
     return out
+
+
+def unconfirmed(st: Standing, group: noise.Group, direction: str) -> str:
+    """What the rerun of a candidate that was not kept showed, against the best it was judged
+    with (the best before its last run): a pooled mean behind it refutes the candidate, an equal
+    one ties it (neither confirms nor refutes), one still ahead fell short of the noise rule's line."""
+    last = group.indexes[-1]
+    before = noise.best([r for r in st.comparable if r.index < last], direction, fingerprint=st.fingerprint)
+    if before is None or _better(before.mean, group.mean, direction):
+        return "candidate refuted by its rerun"
+    best = f"the best #{before.key} ({_fmt(before.mean)})"
+    if before.mean == group.mean:  # noise.mean_of: equal means at the ledger's precision are equal floats
+        return f"candidate tied with {best} by its rerun, so not kept"
+    return f"candidate not confirmed by its rerun: ahead of {best} by less than the noise rule asks"
 
 
 def is_candidate(row) -> bool:
@@ -659,7 +674,7 @@ def chain_section(st: Standing, direction: str) -> list[str]:
         lines.append(f"{n}. #{g.key} `{r.branch}`: {_fmt(g.mean)}{extra} — {r.description}")
     if not st.chain:
         lines.append("None.")
-    dropped = left_out(st)
+    dropped = left_out(st, direction)
     if dropped:
         lines += ["", "Not in the chain:", ""]
         lines += [f"- #{r.index} `{Path(r.branch).name}`: {why}" for r, why in dropped]
@@ -800,7 +815,8 @@ def cli(campaign: str | None, out_dir: Path | None, trace: bool, as_json: bool) 
     report.md: the result (the noise estimate, baseline and best by the mean
     of their runs), every attempt (reruns, retries and flags in its notes),
     rows of another fingerprint listed apart, failures, the chain of kept
-    improvements (margins in sigma; refuted candidates left out), and
+    improvements (margins in sigma; candidates their rerun refuted, tied or
+    did not confirm left out, each with why), and
     predictions (--predict) against the observed change, with a tally of how
     often the sign was right. progress.png draws reruns in their commit's
     column and the best so far by the mean of its runs.

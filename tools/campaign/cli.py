@@ -258,6 +258,9 @@ def run_cmd(campaign_file: Path, on_interrupt: str, as_json: bool) -> None:
 
     Creates the campaign on first use (from the file); a second call continues it.
     Proposals come from the file's `policy:` (queue, grid, random or command).
+    The file is checked first exactly as `ars campaign validate` checks it: a problem exits 2
+    before any branch or row exists. Exit 0: a stop rule ended it; 1: the policy ran out of
+    proposals before a stop rule was met (the closing line says so); 2: bad input.
 
     \b
     Examples:
@@ -266,7 +269,10 @@ def run_cmd(campaign_file: Path, on_interrupt: str, as_json: bool) -> None:
     """
     from autoresearch_skills.campaign import loop
 
-    raise SystemExit(loop.run_campaign(loop.open_campaign(campaign_file), on_interrupt, as_json))
+    def warn(line: str) -> None:
+        click.echo(f"warning: {line}", err=True)
+
+    raise SystemExit(loop.run_campaign(loop.open_campaign(campaign_file, warn=warn), on_interrupt, as_json))
 
 
 @cli.command("pause")

@@ -21,14 +21,12 @@ a command is checked for its executables and scripts, not run.
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoresearch_skills import gitflow, knobs, worktreeinclude
+from autoresearch_skills import commandline, gitflow, knobs, worktreeinclude
 from autoresearch_skills.campaign import llm
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.pool import parse_devices
@@ -233,7 +231,7 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
         return  # reported as a missing key or a type problem
     result.checked.append(f"policy {config['kind']}")
     if config["kind"] in llm.KINDS:
-        _check_llm_policy(config, repo, where, result)
+        _check_llm_policy(data, config, repo, where, result)
         return
     try:
         policy = make_policy(config, set())
@@ -264,6 +262,7 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
     result.checked.append(f"{len(proposals)} proposals")
     files = knob_files(mutable, lambda path: _mutable_source(repo, path))
     refused: set[str] = set()  # one line per knob, however many proposals name it
+    in_files: dict[str, str] = {}  # knob -> the file proposals change it in
     for n, proposal in enumerate(proposals, start=1):
         label = f"queue item {n} `{proposal.slug}`" if config["kind"] == "queue" else "policy.space"
         if proposal.patch:
@@ -282,12 +281,27 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
                 continue
             try:
                 apply_set(files, {name: value})
+                in_files[name] = knobs.locate(str(name), files)
             except Rejected as err:
                 refused.add(name)
                 result.problems.append(f"{where}: policy: {label}: {err}")
+    _check_precedence(data, in_files, config.get("args"), where, result)
 
 
-def _check_llm_policy(config: dict, repo: Path, where: str, result: Validation) -> None:
+def _check_precedence(data: dict, in_files: dict[str, str], args, where: str, result: Validation) -> None:
+    """Warn when a knob the proposals change in a file is also set on the campaign's command line
+    (nanoGPT reads `--n_embd=64` after its config file: the file's change never reaches the run),
+    or when the command sets a `policy.args` knob again after `${args}`."""
+    command = data.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return
+    result.checked.append("knobs the command line overrides")
+    result.warnings += [f"{where}: {line}" for line in knobs.shadowed_by_command(in_files, command)]
+    if isinstance(args, dict):
+        result.warnings += [f"{where}: policy.args: {line}" for line in knobs.overridden_args(args, command)]
+
+
+def _check_llm_policy(data: dict, config: dict, repo: Path, where: str, result: Validation) -> None:
     """The endpoint (model, URL, the key's variable set, the SDK installed), the program, and the
     knobs the model may set, without calling the model."""
     result.checked.append("policy endpoint")
@@ -309,11 +323,13 @@ def _check_llm_policy(config: dict, repo: Path, where: str, result: Validation) 
             f"{where}: policy: the model sets knobs, but the campaign names no mutable Python, YAML, JSON or "
             "TOML file (`policy.mutable`) and no `policy.args`"
         )
+    in_files: dict[str, str] = {}
     for name in space:
         try:
-            knobs.locate(name, files)
+            in_files[name] = knobs.locate(name, files)
         except knobs.KnobError as err:
             result.problems.append(f"{where}: policy.space: {err}")
+    _check_precedence(data, in_files, config.get("args"), where, result)
     calls = (
         config.get("required_calls")
         if POLICY["required_calls"].kind.test(config.get("required_calls"))
@@ -367,87 +383,50 @@ def _patch_out_of_bounds(repo: Path, patch: str, mutable: list[str], frozen: lis
 
 # ---------------------------------------------------------------- command and launcher
 
-SHELL_SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"}
-SHELL_BUILTINS = {"cd", "export", "source", ".", "set", "unset", "ulimit", "true", "false", ":", "echo", "exit", "trap", "umask", "wait"}  # fmt: skip
-PREFIX_WORDS = {"env", "exec", "time", "nohup", "command", "nice"}
-SCRIPT_RUNNERS = {"python", "python3", "uv", "bash", "sh", "torchrun", "accelerate", "deepspeed", "srun"}
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
-
-
-def _segments(command: str | list[str]) -> list[list[str]]:
-    """The simple commands of a shell line (split at `&&`, `;`, `|` ...), redirections dropped."""
-    if isinstance(command, list):
-        return [list(command)]
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    segments: list[list[str]] = [[]]
-    redirect = False
-    for token in lexer:
-        if token in SHELL_SEPARATORS:
-            segments.append([])
-            redirect = False
-        elif set(token) <= set("<>&") or redirect:
-            redirect = True  # `> out.log`, `2>&1`: nothing after it in this segment is a program
-        else:
-            segments[-1].append(token)
-    return [s for s in segments if s]
-
 
 def _check_command(command: str | list[str], repo: Path, label: str, result: Validation) -> None:
+    """Every program a command line starts must be found, wrappers included (`nice -n 10 python`,
+    `srun -n1`, `torchrun ... train.py`: commandline.WRAPPERS), and the script a runner runs must exist."""
     try:
-        segments = _segments(command)
+        found = commandline.commands(command)
     except ValueError as err:
         result.problems.append(f"{label} is not a valid shell line: {err}")
         return
     here = repo
-    for words in segments:
-        prefixed = False  # after `env`, `nohup` ...: their options come before the program
-        while words and (
-            ASSIGNMENT.fullmatch(words[0])
-            or words[0] in PREFIX_WORDS
-            or (prefixed and words[0].startswith("-"))
-        ):
-            prefixed = prefixed or words[0] in PREFIX_WORDS
-            words = words[1:]  # `CUDA_VISIBLE_DEVICES=0 nohup python ...`
-        if not words or "$" in words[0] or "`" in words[0]:
-            continue  # nothing to run, or a program only the shell can name
-        program = words[0]
-        if program == "cd":
-            target = words[1] if len(words) > 1 else ""
+    for simple in found:
+        if simple.program == "cd":
+            target = simple.args[0] if simple.args else ""
             if target and "$" not in target and not target.startswith("~"):
                 here = here / target
             continue
-        if program in SHELL_BUILTINS:
-            continue
-        result.checked.append(f"program {program}")
-        if "/" in program:
-            found = here / program
-            if not found.is_file():
-                result.problems.append(f"{label}: {program} does not exist in {here}")
-                continue
-            if not os.access(found, os.X_OK):
-                result.problems.append(
-                    f"{label}: {program} is not executable (chmod +x it, or run it with bash)"
-                )
-            continue
-        if shutil.which(program) is None:
-            result.problems.append(f"{label}: `{program}` is not on PATH")
-            continue
-        if re.sub(r"[\d.]+$", "", program) in SCRIPT_RUNNERS:
-            _check_script(words[1:], here, label, result)
+        folder = here / simple.cwd  # `env -C DIR`, `srun -D DIR`
+        missing = ""
+        for program in simple.executables:
+            result.checked.append(f"program {program}")
+            missing = _missing_program(program, folder, simple)
+            if missing:
+                result.problems.append(f"{label}: {missing}")
+                break
+        if simple.script and not missing:
+            result.checked.append(f"script {simple.script}")
+            if not (folder / simple.script).exists():
+                result.problems.append(f"{label}: script {simple.script} does not exist in {folder}")
 
 
-def _check_script(args: list[str], here: Path, label: str, result: Validation) -> None:
-    """The script a runner runs (`python train.py`, `uv run train.py`, `bash run.sh`) must exist;
-    `-c CODE` and `-m MODULE` name none."""
-    for arg in args:
-        if arg in ("-c", "-m"):
-            return
-        if arg.endswith((".py", ".sh")) and not arg.startswith("-") and "$" not in arg:
-            result.checked.append(f"script {arg}")
-            if not (here / arg).is_file():
-                result.problems.append(f"{label}: script {arg} does not exist in {here}")
-            return
+def _missing_program(program: str, folder: Path, simple: commandline.Command) -> str:
+    """Why `program` would not start, or "" when it would."""
+    if "/" in program:
+        found = folder / program
+        if not found.is_file():
+            return f"{program} does not exist" + ("" if Path(program).is_absolute() else f" in {folder}")
+        if not os.access(found, os.X_OK):
+            return f"{program} is not executable (chmod +x it, or run it with bash)"
+        return ""
+    if shutil.which(program) is not None:
+        return ""
+    option = simple.unknown_option if program == simple.program else ""
+    hint = f" (if it is the value of `{option}`, write `{option}={program}`)" if option else ""
+    return f"`{program}` is not on PATH{hint}"
 
 
 LAUNCHER_PROGRAMS = {"tmux": ("tmux",), "slurm": ("sbatch", "scontrol")}
@@ -548,10 +527,19 @@ def _check_worktree_data(data: dict, repo: Path, where: str, result: Validation)
     except BadInput as err:
         result.problems.append(f"{where}: {err.message}")
         return
-    if left and not carried:
-        shown = ", ".join(left[:5]) + (f" ... ({len(left) - 5} more)" if len(left) > 5 else "")
+    # what runs write (logs/, wandb/, checkpoints/, *.log) is no input a run needs: never the example
+    inputs = [p for p in left if not _run_output(p)]
+    if inputs and not carried:
+        shown = ", ".join(inputs[:5]) + (f" ... ({len(inputs) - 5} more)" if len(inputs) > 5 else "")
         result.warnings.append(
             f"{where}: experiments run in git worktrees, which hold tracked files only, and your checkout has "
             f"ignored files ({shown}): list the ones a run needs (prepared data, .env, tokenizers) in "
-            f"{worktreeinclude.INCLUDE_FILE}, in gitignore syntax, e.g. `{left[0]}`"
+            f"{worktreeinclude.INCLUDE_FILE}, in gitignore syntax, e.g. `{inputs[0]}`"
         )
+
+
+def _run_output(path: str) -> bool:
+    """Whether an ignored path is what runs write: a log, tracker, checkpoint or cache folder, or a log
+    file. (A `.bin` or `.pt` may be prepared data, as nanoGPT's train.bin is: it stays a candidate.)"""
+    parts = path.rstrip("/").split("/")
+    return any(part in gitflow.GENERATED_DIRS for part in parts) or gitflow.generated_kind(path) == "log file"

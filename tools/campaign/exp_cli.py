@@ -17,6 +17,7 @@ from dataclasses import asdict
 
 import click
 
+from autoresearch_skills import knobs
 from autoresearch_skills.campaign import experiment, scheduler
 from autoresearch_skills.campaign.experiment import StopConditionMet, select, settled_state
 from autoresearch_skills.campaign.finish import finished, wrap_up
@@ -148,16 +149,18 @@ def _progress(campaign: Campaign):
     return show
 
 
-def _announce(record: Experiment) -> None:
+def _announce(record: Experiment, err: bool = True) -> None:
+    """Where a launched run goes. On stderr while the command goes on to wait (its result is the
+    output); on stdout, in order before the verdict, when it is all a `--detach` call prints."""
     facts = in_flight_facts(record)
     if record.phase is Phase.QUEUED:
-        click.echo(f"queued: {facts['key']} (no free slot; it starts when one frees)", err=True)
+        click.echo(f"queued: {facts['key']} (no free slot; it starts when one frees)", err=err)
         return
-    click.echo(f"running: {record.branch} @ {record.commit[:8]}", err=True)
+    click.echo(f"running: {record.branch} @ {record.commit[:8]}", err=err)
     where = f"slot {facts['slot']}" + (f", CUDA_VISIBLE_DEVICES={facts['gpus']}" if facts["gpus"] else "")
-    click.echo(f"where: {where}; {record.run.launcher} {record.run.run_id}", err=True)
-    click.echo(f"log: {record.run.log_path}", err=True)
-    click.echo(f"timeout: {format_duration(record.timeout)}", err=True)
+    click.echo(f"where: {where}; {record.run.launcher} {record.run.run_id}", err=err)
+    click.echo(f"log: {record.run.log_path}", err=err)
+    click.echo(f"timeout: {format_duration(record.timeout)}", err=err)
 
 
 @contextlib.contextmanager
@@ -228,9 +231,11 @@ def run_and_report(campaign: Campaign, ref: str | None, timeout, force: bool, de
         campaign, ref, phases=(Phase.OPEN, Phase.QUEUED, Phase.RUNNING), verb="run"
     )
     if record.phase is Phase.OPEN:
+        for line in experiment.shadowed_knobs(campaign, record):  # said before anything runs
+            click.echo(f"warning: {line}", err=True)
         record = experiment.request_run(campaign, record.key, timeout=timeout, force=force)
         if not as_json:
-            _announce(record)
+            _announce(record, err=not detach)
     elif not as_json:
         click.echo(f"adopting {record.key} ({record.phase})", err=True)
     key = record.key
@@ -316,34 +321,68 @@ def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
 @click.option(
     "--force", is_flag=True, help="open it even when a stop condition is met (the user extended it)"
 )
+@click.option(
+    "--args",
+    "arg_items",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="a command-line knob of this experiment (repeatable), written into the command as `args_style` "
+    "says; a KEY written as a flag (`-n`, `--lr`) is passed as written. Recorded in the commit, rerun alike",
+)
 @campaign_option
 @click.option("--json", "as_json", is_flag=True)
-def start_cmd(slug, description, parent, no_baseline_check, predict, force, ref, as_json) -> None:
+def start_cmd(slug, description, parent, no_baseline_check, predict, force, arg_items, ref, as_json) -> None:
     """Create the experiment branch <prefix>/<slug> from a parent and check it out.
 
     Then edit the files in the printed workdir and `ars exp run SLUG`. Several experiments may
-    be open at once; each gets its own workdir (a git worktree beside the first).
+    be open at once; each gets its own workdir (a git worktree beside the first). With `--args`
+    the hypothesis may be command-line knobs alone: `ars exp run` then needs no edit.
 
     \b
     Examples:
       ars exp start higher-lr -m "raise LR 0.04 -> 0.06: loss still falling at the end"
       ars exp start wider-mlp -m "MLP ratio 4 -> 6" --parent baseline --predict "val_bpb -0.01"
+      ars exp start wider -m "n_embd 64 -> 128" --args n_embd=128 --args learning_rate=1e-3
+      ars exp start more-workers -m "8 data workers" --args -n=8
     """
     campaign = find(ref)
     prediction = experiment.parse_prediction(predict, campaign.settings.metric) if predict else None
+    args = _parse_args(arg_items)
     record = experiment.start(
         campaign, slug, description, parent=parent, skip_baseline_check=no_baseline_check, force=force,
-        prediction=prediction,
+        prediction=prediction, **({"args": args} if args else {}),
     )  # fmt: skip
     if as_json:
-        facts = {k: getattr(record, k) for k in ("key", "slug", "branch", "parent_commit", "workdir")}
+        facts = {k: getattr(record, k) for k in ("key", "slug", "branch", "parent_commit", "workdir", "args")}
         click.echo(json.dumps(facts, indent=2))
         return
     click.echo(f"experiment: {record.key}")
     click.echo(f"branch: {record.branch}")
     click.echo(f"parent: {record.parent_ref} @ {record.parent_commit[:8]}")
     click.echo(f"workdir: {record.workdir}")
+    if args:
+        click.echo(f"command: {experiment.command_of(campaign, record)}")
+        for line in knobs.overridden_args(args, record.own.command or campaign.settings.command):
+            click.echo(f"warning: {line}", err=True)
+        click.echo(
+            f"next: edit files in the workdir if the hypothesis needs it, then `ars exp run {record.key}`"
+        )
+        return
     click.echo(f"next: edit files in the workdir, then `ars exp run {record.key}`")
+
+
+def _parse_args(items: tuple[str, ...]) -> dict:
+    """`--args KEY=VALUE` items as a mapping; each VALUE read as campaign.yaml reads it (YAML 1.2:
+    `1e-3` a float, `128` an int, `true` a bool), so a knob gets the type its file would give it."""
+    from autoresearch_skills.yamlfile import scalar
+
+    args = {}
+    for item in items:
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip("-+ "):
+            raise BadInput(f"--args {item!r}: give KEY=VALUE, e.g. --args learning_rate=1e-3 or --args -n=8")
+        args[key] = scalar(value)
+    return args
 
 
 @cli.command("commit")
@@ -426,7 +465,7 @@ def rerun_cmd(ref, times, timeout, detach, campaign_ref, as_json) -> None:
         record = experiment.request_run(campaign, record.key, timeout=_duration(timeout))
         keys.append(record.key)
         if not as_json:
-            _announce(record)
+            _announce(record, err=not detach)
     if detach:
         if as_json:
             click.echo(json.dumps({"detached": keys, "verdict": campaign.verdict().to_json()}, indent=2))

@@ -459,6 +459,31 @@ def command_of(campaign: Campaign, experiment: Experiment) -> str:
     return knobs.with_args(experiment.own.command or s.command, experiment.args, s.args_style)
 
 
+def shadowed_knobs(campaign: Campaign, experiment: Experiment) -> list[str]:
+    """Warnings, before a run, for changes that cannot take effect: a knob the experiment changed
+    in a file (committed or not, against its parent) that the command line also sets, and a
+    command-line knob of its own that the command sets again after `${args}`."""
+    command = experiment.own.command or campaign.settings.command
+    lines = knobs.overridden_args(experiment.args, command) if experiment.args else []
+    if not experiment.workdir or experiment.is_rerun or not knobs.command_line_knobs(command):
+        return lines
+    workdir = Path(experiment.workdir)
+    try:
+        paths = gitflow.git(workdir, "diff", "--name-only", experiment.parent_commit).split()
+    except gitflow.GitError:
+        return lines
+    changed: dict[str, str] = {}
+    for path in paths:
+        try:
+            fmt = knobs.file_format(path)
+            after = (workdir / path).read_text()
+        except (knobs.KnobError, OSError, UnicodeDecodeError):
+            continue  # not a config file, or deleted
+        before = gitflow.git(workdir, "show", f"{experiment.parent_commit}:{path}", check=False)
+        changed.update({name: path for name in knobs.changed_knobs(before, after, fmt, path)})
+    return knobs.shadowed_by_command(changed, command) + lines
+
+
 def launcher_for(campaign: Campaign):
     s = campaign.settings
     if s.launcher == "tmux":
@@ -484,7 +509,8 @@ def request_run(
                 f"{experiment.key} reruns commit {experiment.branch_start[:8]} as it is, but {changed[0]} "
                 f"was edited in {workdir}: undo the edit, or start a new experiment for it"
             )
-        if changed:
+        args_only = bool(experiment.args) and not experiment.commits and not experiment.is_rerun
+        if changed or args_only:  # a hypothesis of command-line knobs alone still gets its commit
             _commit(campaign, state, experiment)
         verdict = campaign.verdict(state=state, exclude=experiment.key)
         owed = not verdict.may_start() and _owed_at_end(campaign, state, experiment, verdict)

@@ -5,6 +5,8 @@
   (untracked files never stop it: logs, wandb/, the file `ars ... > out.txt` writes to stay
   where they are, as git leaves them; nor does our own output file when git tracks it);
 - the campaign's worktrees that no experiment holds are removed (every result stays on its branch);
+- the tmux sessions of its finished runs are closed (`close_sessions`; logs stay), unless
+  `keep_sessions_at_end`;
 - the session memory's current subtask is closed with the verdict;
 - the lines say where the best result lives (`git checkout <branch>` to use it).
 Each step is safe to repeat: `ars campaign finish` may be called again at any time.
@@ -12,10 +14,14 @@ Each step is safe to repeat: `ars campaign finish` may be called again at any ti
 
 from __future__ import annotations
 
+import subprocess
+
 from autoresearch_skills import gitflow
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import remove_worktrees
+from autoresearch_skills.launch.base import FINISHED, Run, state_path_for
+from autoresearch_skills.launch.tmux import TmuxLauncher
 from autoresearch_skills.session_record import close_subtask
 
 
@@ -29,15 +35,54 @@ def wrap_up(campaign: Campaign) -> list[str]:
     removed = remove_worktrees(campaign)
     if removed:
         lines.append(f"worktrees: removed {len(removed)}; every result stays on its branch")
-    best = noise.best(campaign.rows(), campaign.settings.direction)
+    try:
+        closed = close_sessions(campaign)
+    except (OSError, subprocess.SubprocessError) as err:  # housekeeping never fails the end
+        lines.append(f"warning: could not close the tmux sessions of finished runs: {err}")
+    else:
+        if closed:
+            lines.append(f"tmux: closed {closed} session(s) of finished runs; their logs stay")
+    rows = campaign.rows()
+    best = noise.best(rows, campaign.settings.direction)
     if best is not None:
-        alone = " (one run: no rerun confirmed it)" if best.n == 1 else ""
+        if noise.estimate(rows, fingerprint=best.fingerprint).deterministic:
+            alone = f" ({'one run: ' if best.n == 1 else ''}{noise.DETERMINISTIC})"
+        else:
+            alone = " (one run: no rerun confirmed it)" if best.n == 1 else ""
         lines.append(
             f"best: {best.describe(campaign.settings.metric)}{alone} "
             f"(`git checkout {checkout_ref(campaign, best)}` to use it)"
         )
     close_subtask(campaign.repo, campaign.verdict().line)
     return lines
+
+
+def close_sessions(campaign: Campaign) -> int:
+    """Close the tmux sessions of the campaign's finished runs, which `keep_sessions` left open to
+    read while it ran; none when `keep_sessions_at_end` is set. Returns how many were closed. Only
+    sessions of this campaign's rows, and `TmuxLauncher.close` closes one only when its run has
+    ended and the session still carries that run's channel: a running session, or one someone else
+    started under the same name, stays. Logs and run files stay."""
+    if campaign.settings.keep_sessions_at_end:
+        return 0
+    launcher, closed = TmuxLauncher(campaign.settings.tmux_socket), 0
+    for row in campaign.rows():
+        if row.launcher != "tmux" or not row.log_path:
+            continue
+        try:
+            run = Run.load(state_path_for(row.log_path))
+        except (OSError, ValueError, TypeError):
+            continue  # no run file (never launched) or not ours to judge
+        if run.extra.get("session_closed"):
+            continue
+        if launcher.close(run):
+            closed += 1
+        elif run.reload().state not in FINISHED:
+            continue  # still running: left alone, and looked at again next time
+        run = run.reload()
+        run.extra["session_closed"] = True
+        run.save()
+    return closed
 
 
 def go_home(campaign: Campaign) -> str | None:

@@ -18,6 +18,7 @@ from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now_iso, parse_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch.base import VANISHED
+from autoresearch_skills.sources.pace import Pace, read_pace
 from autoresearch_skills.sources.reading import read_metric
 
 
@@ -121,23 +122,15 @@ def _fingerprint_flags(campaign: Campaign, experiment: Experiment) -> list[str]:
     ]
 
 
+PACE_TAIL = 1024 * 1024  # a `throughput_key` is read in this much of the log's end
+
+
 def _pace(campaign: Campaign, experiment: Experiment, log_path: str) -> tuple:
     """(steps, throughput, throughput key, flags): the pace the run reports, flagged when it is
     not within `comparable_margin` of its parent's: under a wall-clock budget, a run that got half the machine does half the steps
     and looks worse for reasons that have nothing to do with its idea."""
     s = campaign.settings
-    steps = _safe_extract(log_path, s.preset, "num_steps")
-    key = s.throughput_key or ("tok/sec" if s.preset == "karpathy" else None)
-    series = []
-    if key:
-        try:
-            series = metrics.extract(log_path, preset=s.preset, metric=key, mode="series")
-        except (BadInput, OSError):
-            series = []
-    pace = {
-        "steps": int(steps[-1].value) if steps else None,
-        "throughput": round(median(x.value for x in series), 1) if series else None,
-    }
+    steps, throughput, key = _read_pace(s, log_path)
     flags: list[str] = []
     parent = next(
         (
@@ -148,9 +141,9 @@ def _pace(campaign: Campaign, experiment: Experiment, log_path: str) -> tuple:
         None,
     )
     if parent is None:
-        return pace["steps"], pace["throughput"], key, flags
-    for name, label in (("steps", "steps"), ("throughput", key or "throughput")):
-        mine, theirs = pace[name], parent.number(name)
+        return steps, throughput, key, flags
+    for name, mine, label in (("steps", steps, "steps"), ("throughput", throughput, key or "throughput")):
+        theirs = parent.number(name)
         if mine is None or not theirs:
             continue
         drift = (mine - theirs) / theirs
@@ -159,7 +152,32 @@ def _pace(campaign: Campaign, experiment: Experiment, log_path: str) -> tuple:
                 f"not comparable: {label} {mine:g} vs {theirs:g} for its parent #{parent.index} ({drift:+.0%}); "
                 "a busy machine or the change itself may explain the result"
             )
-    return pace["steps"], pace["throughput"], key, flags
+    return steps, throughput, key, flags
+
+
+def _read_pace(s, log_path: str) -> tuple[int | None, float | None, str | None]:
+    """Steps: the `num_steps` the run prints (karpathy's end-of-run block), else the last step of
+    its progress lines. Throughput: the median of `throughput_key` when it is set, else the
+    progress lines' (sources/pace.py: tokens/s, samples/s, it/s), with the key it was read under."""
+    try:
+        printed = read_pace(log_path)
+    except OSError:
+        printed = Pace()
+    summary = _safe_extract(log_path, s.preset, "num_steps")
+    steps = int(summary[-1].value) if summary else printed.steps
+    if not s.throughput_key:
+        throughput = printed.throughput
+        return steps, None if throughput is None else _rounded(throughput), printed.key
+    try:
+        series = metrics.recent(log_path, s.preset, s.throughput_key, tail_bytes=PACE_TAIL)
+    except (BadInput, OSError):
+        series = []
+    return steps, _rounded(median(x.value for x in series)) if series else None, s.throughput_key
+
+
+def _rounded(value: float) -> float:
+    """One decimal for a throughput of 10 and more (`7167.5` tok/sec), four digits below (`0.1234` it/s)."""
+    return round(value, 1) if abs(value) >= 10 else float(f"{value:.4g}")
 
 
 def _read_metric(campaign: Campaign, experiment: Experiment, log_path: str) -> tuple[float | None, str]:

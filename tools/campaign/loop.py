@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -57,6 +58,8 @@ from autoresearch_skills.errors import (
 from autoresearch_skills.yamlfile import read_yaml
 
 POLL = 1.0  # seconds between status lines while runs are in flight
+MAX_REFUSED_PROPOSALS = 3  # proposals given up in a row (each after its retries) before the loop stops asking
+REFUSED = "refused"  # propose(): this proposal was given up, ask for the next one
 METRIC_EVERY = 5.0  # seconds between reads of the live metric
 
 
@@ -131,30 +134,22 @@ class LeaveRunning(Exception):
 # ---------------------------------------------------------------- campaign file
 
 
-def read_campaign_file(path: Path) -> dict:
-    from autoresearch_skills.campaign.config import check_keys, check_types
-    from autoresearch_skills.campaign.settings import SETTINGS
-    from autoresearch_skills.runwatch import validate_watch
-    from autoresearch_skills.sources.reading import validate_source
+def read_campaign_file(path: Path, cwd: Path = Path("."), warn: Callable[[str], None] | None = None) -> dict:
+    """The campaign file's settings, checked exactly as `ars campaign validate` checks them (one
+    function, config.validation): any problem is BadInput before a branch, a folder or a row
+    exists, so a night is never spent on a configuration error. Warnings go to `warn`."""
+    from autoresearch_skills.campaign.config import validation
 
-    data = read_yaml(path, missing_hint="copy templates/campaign.yaml and edit it")
-    if not isinstance(data, dict):
-        raise BadInput(f"{path} must be a mapping (name, metric, direction, command, stop, policy)")
-    missing = [key.name for key in SETTINGS.values() if key.required and key.name not in data]
-    if missing:
-        raise BadInput(f"{path} lacks {', '.join(missing)}; see templates/campaign.yaml")
-    check_keys(data, str(path))  # `launchr: tmux` is a typo, never a silent default
-    check_types(data, str(path))
-    try:  # before the campaign folder exists: a bad setting leaves nothing behind
-        validate_watch(data.get("watch") or None, data.get("prune"))
-        if data.get("metric_source"):
-            validate_source(data["metric_source"])
-    except BadInput as err:
-        raise BadInput(f"{path}: {err.message}") from None
-    return data
+    result = validation(path, cwd)
+    if not result.ok:
+        more = f" ({len(result.problems)} problems; `ars campaign validate {path}` lists them)"
+        raise BadInput(result.problems[0] + (more if len(result.problems) > 1 else ""))
+    for line in result.warnings:
+        (warn or (lambda text: print(f"warning: {text}", file=sys.stderr)))(line)
+    return read_yaml(path)
 
 
-def open_campaign(path: Path, cwd: Path = Path(".")) -> Campaign:
+def open_campaign(path: Path, cwd: Path = Path("."), warn: Callable[[str], None] | None = None) -> Campaign:
     """The campaign a file describes: created on first use, loaded afterwards."""
     from autoresearch_skills import gitflow
     from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
@@ -162,7 +157,7 @@ def open_campaign(path: Path, cwd: Path = Path(".")) -> Campaign:
     from autoresearch_skills.campaign.store import write_settings
     from autoresearch_skills.stoprule import from_mapping
 
-    config = read_campaign_file(path)
+    config = read_campaign_file(path, cwd, warn)
     repo = gitflow.repo_root(cwd)
     folder = (
         Path(config["folder"])
@@ -206,6 +201,8 @@ class Loop:
         self.parent = policy.get("parent", "best")
         self.pool = campaign.settings.pool()
         self.exhausted = False
+        self.refused_in_a_row = 0  # proposals given up in a row (each after its retries)
+        self.refusal: str | None = None  # why the loop stopped asking: the last refusal
         self.cancelled: set[str] = set()
         self.latest: dict[str, str] = {}
         self.last_metric_read = 0.0
@@ -280,9 +277,15 @@ class Loop:
                 self.launch(record.key)
                 continue
             key = self.propose(policy)
+            if key is REFUSED:
+                continue
             if key is None:
                 self.exhausted = True
-                if not self.campaign.state.read().launched:
+                if self.refusal:
+                    self.out.event(
+                        "done", f"no more proposals: the last {MAX_REFUSED_PROPOSALS} were refused"
+                    )
+                elif not self.campaign.state.read().launched:
                     self.out.event("done", "no more proposals: the policy is exhausted")
                 return
             if key in self.campaign.state.read().experiments:
@@ -329,11 +332,12 @@ class Loop:
 
     def propose(self, policy) -> str | None:
         """Open the next experiment from a proposal that validates, feeding rejections back.
-        None when the policy has nothing left. A proposal still rejected after the retries
-        counts as an attempt: a crash row with the reason."""
+        None when the policy has nothing left, or has had MAX_REFUSED_PROPOSALS in a row refused.
+        A proposal still rejected after the retries is given up (REFUSED): nothing ran, so it is
+        no attempt and writes no row; the event says why."""
         from autoresearch_skills import gitflow
 
-        feedback, last = None, None
+        feedback = None
         context = self.context()
         for _attempt in range(MAX_RETRIES + 1):
             try:
@@ -342,7 +346,6 @@ class Loop:
                     if feedback is None:
                         return None
                     break  # a fixed list cannot revise a rejected item
-                last = proposal
                 proposal.slug = self.unique_slug(gitflow.slugify(proposal.slug))
                 parent = proposal.parent or self.parent
                 parent_commit = experiment.resolve_parent(self.campaign, parent, self.campaign.rows())
@@ -352,24 +355,20 @@ class Loop:
             except BadInput as err:
                 reason = err.message
             else:
+                self.refused_in_a_row = 0
                 return self.open(proposal, parent)
             self.out.event("rejected", f"proposal rejected: {reason}", reason=reason)
             feedback = reason
-        slug = self.unique_slug(gitflow.slugify(last.slug if last else "rejected-proposal"))
-        record = experiment.start(
-            self.campaign,
-            slug,
-            last.description if last else "proposal",
-            parent=self.parent,
-            skip_baseline_check=True,
-        )
-        row = experiment.record(
-            self.campaign, record.key, status="crash", reason=f"proposal rejected: {feedback}"
-        )
+        self.refused_in_a_row += 1
         self.out.event(
-            "result", f"#{row.index} {slug}: crash (proposal rejected: {feedback})", row=row.to_dict()
+            "rejected",
+            f"proposal given up after {MAX_RETRIES + 1} tries; not an attempt, no row: {feedback}",
+            reason=feedback,
         )
-        return row.branch
+        if self.refused_in_a_row >= MAX_REFUSED_PROPOSALS:
+            self.refusal = feedback
+            return None
+        return REFUSED
 
     def open(self, proposal: Proposal, parent: str) -> str:
         record = experiment.start(
@@ -558,6 +557,21 @@ class Loop:
             for line in wrap_up(self.campaign):
                 self.out.event("finish", line)
         self.out.event("summary", f"ledger: {self.campaign.ledger}; best so far: {self.best_text()}")
+        if self.exhausted and verdict.should_continue and not self.interrupts.requested:
+            # the closing line is what agents and scripts read: it must not say "go on" when
+            # nothing is left to try
+            if self.refusal:
+                why = (
+                    f"proposals refused: the last {MAX_REFUSED_PROPOSALS} were refused before anything ran "
+                    f"({self.refusal}) ({verdict.line}); fix the proposer or `policy:`, then `ars campaign resume`"
+                )
+            else:
+                why = (
+                    f"policy exhausted: no more proposals ({verdict.line}); add to `policy:` and "
+                    "`ars campaign resume` to go on"
+                )
+            self.out.event("verdict", why, should_continue=False, exhausted=True)
+            return 1
         self.out.event("verdict", verdict.line, should_continue=verdict.should_continue)
         if not self.interrupts.requested:
             return 0

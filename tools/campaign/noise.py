@@ -20,12 +20,15 @@ the default `Policy`:
                rerun the same commit (`next_action`), up to `max_runs` runs in all
     discard    at or below the floor, or still short of the line after `max_runs` runs
 Every new best (the baseline included) is then run until it has `best_runs` runs, so the bar the
-next result must clear is never one lucky draw. Without a noise estimate (fewer than two finished
-runs of any one commit) decisions are as before (keep when the number is better) and the reason
-says no noise estimate exists. Runs that gave identical values (a deterministic target) count any
+next result must clear is never one lucky draw (except on a deterministic target, below). Without
+a noise estimate (fewer than two finished runs of any one commit) decisions are as before (keep
+when the number is better) and the reason says no noise estimate exists. Runs that gave identical values (a deterministic target) count any
 difference once repeats of two commits agree exactly; while only one commit's repeats agree, a
 better result is a candidate, and its own rerun tells a deterministic target from a lucky match.
-Values are compared as the ledger holds them (6 decimals).
+Once the target is known deterministic (`Estimate.deterministic`) new bests are not rerun: a rerun
+repeats the same number. The reasons, `ars campaign status` and the closing line say so in these
+words (`DETERMINISTIC`). Values are compared as the ledger holds them (6 decimals), and means
+are exact at that precision (`mean_of`): a tie with the best stays a tie.
 
 The best (`best`), the one every command shows and uses (status, the loop's lines, finish, the
 report, memory, `parent: best`, `ars ledger best`, prune's target, the stop rules' target): among
@@ -75,6 +78,11 @@ OUTLIER_SIGMAS = 5.0  # one value this far from the rest of its commit's runs is
 OUTLIER_MIN_DOF = 3  # ... only when the others still give sigma with this many degrees of freedom
 DETERMINISTIC_MIN_COMMITS = 2  # identical repeats of this many commits make a deterministic target
 LEDGER_DECIMALS = 6  # results.tsv holds metric_value to 6 decimals: a new value is judged as stored
+# what every place says once repeats of DETERMINISTIC_MIN_COMMITS commits agree exactly
+DETERMINISTIC = (
+    "identical repeats: this target is deterministic; "
+    "new bests are not rerun because a rerun repeats the same number"
+)
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,7 @@ class Group:
 
     def __post_init__(self) -> None:
         self.n = len(self.values)
-        self.mean = sum(self.values) / self.n
+        self.mean = mean_of(self.values)
 
 
 @dataclass(frozen=True)
@@ -132,9 +140,22 @@ class Estimate:
     groups: int  # commits with two runs or more
     left_out: int | None = None  # index of the one wild value left out, if any
 
+    @property
+    def deterministic(self) -> bool:
+        """Repeats of DETERMINISTIC_MIN_COMMITS commits or more gave identical values: the noise
+        rule then counts any difference and owes no rerun of a new best (`next_action`)."""
+        return self.sigma == 0 and self.groups >= DETERMINISTIC_MIN_COMMITS
+
     def describe(self) -> str:
         if self.sigma is None:
             return "no noise estimate yet (no commit has 2 finished runs)"
+        if self.deterministic:
+            return f"{DETERMINISTIC} ({self.runs} runs of {self.groups} commits)"
+        if self.sigma == 0:
+            return (
+                f"sigma 0 from {self.runs} runs of 1 commit: identical repeats, too few to call the target "
+                "deterministic; a better result is rerun once to tell"
+            )
         wild = f", #{self.left_out} left out as a wild value" if self.left_out is not None else ""
         return f"sigma {_sig(self.sigma)} from {self.runs} runs of {self.groups} commits{wild}"
 
@@ -505,7 +526,7 @@ def decide(
         policy = replace(policy, margin=margin)
     keep_ties = policy.keep_ties if keep_ties is None else keep_ties
     n = len(values)
-    mean = sum(values) / n
+    mean = mean_of(values)
     if best is None:
         return Decision("keep", None, n, "first result", sigma, mean, dof=dof)
     ahead = best.mean - mean if direction == "min" else mean - best.mean
@@ -526,6 +547,8 @@ def decide(
             why = "no noise estimate yet (no commit has 2 finished runs)"
         elif dof is None:
             why = "runs of one commit gave identical values, so any difference counts"
+        elif (commits or 0) >= DETERMINISTIC_MIN_COMMITS:
+            why = f"{DETERMINISTIC}; any difference counts ({dof} df over {_count(commits, 'commit')})"
         else:
             why = f"repeated runs gave identical values ({dof} df over {_count(commits, 'commit')}), so any difference counts"
         verb = "ties" if ahead == 0 else "beats" if ahead > 0 else "does not beat"
@@ -607,7 +630,7 @@ def assess(
     noise = pooled_sigma(lists)
     if own is not None and own.kept:  # firms up a kept commit's mean; it stays kept either way
         best = _best(found.values(), direction)
-        mean = sum(values) / len(values)
+        mean = mean_of(values)
         which = "the best" if best is own else "kept commit"
         reason = f"rerun of {which} #{own.key}: mean {_num(mean)} over {len(values)} runs"
         return Decision(
@@ -638,7 +661,8 @@ def next_action(
     """The rerun the campaign owes before its next new experiment, or None. Read from the ledger
     alone, so a resumed campaign picks up where it stopped:
       - a candidate with fewer than `max_runs` runs gets its confirmation rerun;
-      - the best (the baseline at first) with fewer than `best_runs` runs is run again.
+      - the best (the baseline at first) with fewer than `best_runs` runs is run again, unless the
+        target is deterministic (`Estimate.deterministic`): a rerun would repeat the same number.
     Crashed reruns count as attempts, so a commit that keeps crashing is not retried forever."""
     found = groups(rows, fingerprint)
     attempts: dict[int, int] = {}
@@ -651,9 +675,8 @@ def next_action(
         if g.candidate and g.n < policy.max_runs and attempts.get(g.key, 0) < policy.max_runs - 1:
             return Action(g.key, g.commit, f"#{g.key} is a candidate ({_runs(g.n)}): confirm it with a rerun")
     best = _best(found.values(), direction)
-    exact = pooled_sigma([g.values for g in found.values()])
-    if exact.sigma == 0 and exact.groups >= DETERMINISTIC_MIN_COMMITS:
-        return None  # repeated runs gave identical values: a deterministic target needs no repeats
+    if pooled_sigma([g.values for g in found.values()]).deterministic:
+        return None  # a rerun of a deterministic target repeats the same number (DETERMINISTIC)
     if best and best.n < policy.best_runs and attempts.get(best.key, 0) < policy.best_runs - 1:
         return Action(
             best.key,
@@ -682,6 +705,15 @@ def default_policy(per_run_timeout_seconds: float | None, **changes) -> Policy:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def mean_of(values: list[float]) -> float:
+    """The mean as the ledger's numbers give it: the float nearest the exact mean of the values at
+    LEDGER_DECIMALS, so equal means are equal floats. A plain sum / n of three runs of 0.7 is
+    0.6999999999999998, which would make an equal result "beat" the best of a deterministic
+    target, and turn a rerun that ties the best into a win or a loss by one ulp."""
+    scale = 10**LEDGER_DECIMALS
+    return sum(round(x * scale) for x in values) / (len(values) * scale)  # int / int: rounded once
 
 
 def _best(found, direction: str) -> Group | None:

@@ -14,7 +14,8 @@ Policies (the `policy:` block of a campaign file):
 
 Every policy answers with the one `Proposal` record (campaign/hypothesis.py, which also checks a
 proposal and applies it), so the loop treats them all alike: it validates each proposal, feeds a
-rejection back (`next(context, feedback)`) up to MAX_RETRIES times, then records a crash row.
+rejection back (`next(context, feedback)`) up to MAX_RETRIES times, then gives it up: nothing ran,
+so it is no attempt and no row.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ __all__ = [  # the proposal's own parts live in campaign/hypothesis.py; the loop
 ]
 
 PROPOSER_TIMEOUT = 900.0  # seconds an external proposer may think
-MAX_RETRIES = 2  # rejected proposals are fed back this many times before a crash row
+MAX_RETRIES = 2  # rejected proposals are fed back this many times before the proposal is given up
 
 
 # ---------------------------------------------------------------- policies

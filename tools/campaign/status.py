@@ -1,8 +1,9 @@
 """Where a campaign stands, as plain data: what `ars campaign status`, `ars memory resume`, the
 hooks and `ars exp wait` show. Pure reading: the ledger, state.json (through its owner) and git.
 
-    status_facts(campaign)     attempted and remaining, the best (noise.best), the noise, the
-                               latest row, every experiment in flight, the queue, the verdict
+    status_facts(campaign)     attempted and remaining, the best (noise.best), the noise (or that
+                               identical repeats make the target deterministic), the latest
+                               row, every experiment in flight, the queue, the verdict
     in_flight_facts(e)         one experiment in flight: phase, slot, GPUs, elapsed, session or job,
                                and for a run that ended and is not recorded yet, how it ended (a
                                tmux session or server that vanished under it named with its socket)
@@ -42,6 +43,7 @@ def status_facts(campaign: Campaign) -> dict:
         "folder": str(campaign.folder),
         "noise": estimate.describe(),
         "sigma": estimate.sigma,
+        "deterministic": estimate.deterministic,  # identical repeats: new bests are not rerun
         "metric": s.metric,
         "direction": s.direction,
         "stop_rules": s.stop_text or ", ".join(f"{k}={v}" for k, v in s.stop.items()),

@@ -228,12 +228,12 @@ def frozen_hashes(repo: Path, commit: str, paths: list[str]) -> dict[str, str]:
 
 
 def write_settings(campaign: Campaign) -> None:
-    import yaml
+    from autoresearch_skills.yamlfile import dump_yaml
 
     header = (
         "# autoresearch-skills campaign: decided at `ars campaign init`; the deadline is absolute.\n"
         "# Edit with care: the ledger and branches of this campaign follow these settings.\n"
     )
     write_text_atomic(
-        campaign.folder / "campaign.yaml", header + yaml.safe_dump(asdict(campaign.settings), sort_keys=False)
+        campaign.folder / "campaign.yaml", header + dump_yaml(asdict(campaign.settings))
     )
