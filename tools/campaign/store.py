@@ -234,6 +234,4 @@ def write_settings(campaign: Campaign) -> None:
         "# autoresearch-skills campaign: decided at `ars campaign init`; the deadline is absolute.\n"
         "# Edit with care: the ledger and branches of this campaign follow these settings.\n"
     )
-    write_text_atomic(
-        campaign.folder / "campaign.yaml", header + dump_yaml(asdict(campaign.settings))
-    )
+    write_text_atomic(campaign.folder / "campaign.yaml", header + dump_yaml(asdict(campaign.settings)))
