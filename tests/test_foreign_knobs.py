@@ -166,3 +166,11 @@ def test_the_worktreeinclude_hint_names_prepared_data_never_a_run_output_folder(
     )
     said = ars(repo, "campaign", "validate", str(path)).stderr
     assert "ignored files (data/)" in said and "e.g. `data/`" in said and "logs/" not in said
+
+
+def test_campaign_init_refuses_what_validate_refuses_before_a_folder_exists(repo: Path):
+    init = ("campaign", "init", "fk", "--metric", "val_bpb", "--direction", "min", "--stop", "3 experiments")
+    refused = ars(repo, *init, "--command", f"nice -n 10 {sys.executable} trian.py", code=2)
+    assert "script trian.py does not exist" in refused.stderr
+    assert not (repo / "reports").exists()
+    ars(repo, *init, "--command", f"nice -n 10 {sys.executable} train.py config.py")

@@ -545,7 +545,9 @@ def test_with_parallel_1_the_second_experiment_is_queued_and_status_lists_runs_a
 
     ars(repo, "exp", "run", "a", "--detach")
     queued = ars(repo, "exp", "run", "b", "--detach")
-    assert "detached: b (queued)" in queued.stdout and "queued: b (no free slot" in queued.stderr
+    assert "detached: b (queued)" in queued.stdout and queued.stdout.index(
+        "queued: b (no free slot"
+    ) < queued.stdout.index("detached: b")  # in order, on stdout
 
     status = ars(repo, "campaign", "status").stdout
     lines = [line for line in status.splitlines() if line.startswith(("in_flight:", "queue:"))]

@@ -70,6 +70,20 @@ class _Checked(click.ParamType):
         return value
 
 
+def _validate_options(name: str, values: dict) -> None:
+    """The checks `ars campaign validate` makes (one function), on the options given: a command
+    whose program is missing is refused before a folder exists; warnings go to stderr."""
+    from autoresearch_skills.campaign.config import Validation, validation_of
+
+    given = {"name": name, **{k: v for k, v in values.items() if v is not None and v != []}}
+    result = validation_of(given, Path.cwd(), Validation("ars campaign init"), needs_policy=False)
+    if not result.ok:
+        more = f" ({len(result.problems)} problems)" if len(result.problems) > 1 else ""
+        raise BadInput("; ".join(result.problems[:3]) + more)
+    for line in result.warnings:
+        click.echo(f"warning: {line}", err=True)
+
+
 @cli.command("init")
 @click.argument("name")
 @_declared_options
@@ -96,6 +110,7 @@ def init_cmd(name: str, as_json: bool, **values) -> None:
     for key, value in values.items():
         if SETTINGS[key].kind.form == "paths":
             values[key] = list(value)
+    _validate_options(name, values)
     campaign = create(name, stop_text=values.pop("stop"), **values)
     s = campaign.settings
     tree = gitflow.tree_state(s.repo)

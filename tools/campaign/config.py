@@ -136,7 +136,15 @@ def validation(path: Path, cwd: Path) -> Validation:
     if not isinstance(data, dict):
         result.problems.append(f"{where}: must be a mapping (name, metric, direction, command, stop, policy)")
         return result
-    missing = [k.name for k in SETTINGS.values() if k.required and k.name not in data]
+    return validation_of(data, cwd, result)
+
+
+def validation_of(data: dict, cwd: Path, result: Validation, needs_policy: bool = True) -> Validation:
+    """Every check of `validation` on settings already read: a campaign file's, or the options of
+    `ars campaign init` (`needs_policy` False: an agent drives, no loop proposes)."""
+    where = result.path
+    required = [k.name for k in SETTINGS.values() if k.required and (needs_policy or k.name != "policy")]
+    missing = [name for name in required if name not in data]
     missing += [f"policy.{k.name}" for k in POLICY.values() if k.required and isinstance(data.get("policy"), dict) and k.name not in data["policy"]]  # fmt: skip
     result.checked.append("required keys")
     result.problems += [f"{where}: lacks `{name}`; see templates/campaign.yaml" for name in missing]
