@@ -37,7 +37,7 @@ CASES = [
     ("nanogpt_cpu", "val loss", 2.6012, 300),  # the whole console of a CPU run, config echo included
     ("nanogpt_cpu", "train loss", 2.5815, 300),
     ("nanogpt_cpu", "number of parameters", 0.1, None),  # `number of parameters: 0.10M`
-    ("nanogpt_cpu", "block_size", 64.0, None),  # `Overriding: block_size = 64`, after the config file's 256
+    ("nanogpt_cpu", "block_size", 64.0, None),  # `Overriding: block_size = 64`: read by name, never listed
     ("nanogpt_cpu", "time", 977.84, 300),
     ("llm_c", "val loss", 3.7, None),
     ("llm_c", "loss", 3.5, 500),  # `step  500/18865 | loss 3.500000 (-0.42z)|`
@@ -285,7 +285,7 @@ def test_list_prints_every_name_with_its_last_value_and_step():
     assert done.exit_code == 0
     lines = done.output.splitlines()
     assert "val loss: 1.524400  (step 1000)" in lines
-    assert "learning_rate: 0.001000" in lines  # from the config echo: no step
+    assert not any(line.startswith("learning_rate") for line in lines)  # a setting echoed back is no result
     assert lines.index("train loss: 1.274500  (step 1000)") < lines.index("val loss: 1.524400  (step 1000)")
 
 
@@ -323,9 +323,11 @@ def test_names_of_a_missing_file_is_bad_input(tmp_path):
 @pytest.mark.parametrize("log", REPOSITORY_LOGS)
 def test_every_fixture_lists_its_result_names(log):
     found = names(REPO_LOGS / f"{log}.log")
-    wanted = {metric.lower() for name, metric, _, _ in CASES if name == log}
+    wanted = {metric.lower() for name, metric, _, _ in CASES if name == log and metric not in SETTINGS_ECHOED}
     assert wanted <= {name.lower() for name in found}
 
+
+SETTINGS_ECHOED = {"block_size"}  # read by name (`--metric block_size`), never listed as a result
 
 # Numbers each log prints in prose, paths, file names, code or comments, and indexes: as names they
 # would be `--list`'s noise (`found vocab_size = 65 (inside data/...)` is a result line and stays).
@@ -336,6 +338,9 @@ NOT_METRICS = {
         "context of up to",  # `block_size = 256 # context of up to 256 previous characters`
         "learning_rate /",  # `min_lr = 1e-4 # learning_rate / 10 usually`
         "with",  # `num non-decayed parameter tensors: 5, with 320 parameters`
+        "block_size",  # the config file echoed (`block_size = 256 # ...`) and `Overriding: block_size = 64`
+        "learning_rate",
+        "eval_interval",
     ],
     "megatron": ["using world size", "with", "after", "Rank"],  # `[Rank 0] (after 10 iterations)`
     "modded_nanogpt": [
@@ -366,7 +371,7 @@ def test_list_shows_metric_names_and_leaves_out_prose_paths_and_code(log):
     done = CliRunner().invoke(cli, ["extract", str(REPO_LOGS / f"{log}.log"), "--list", "--json"])
     assert done.exit_code == 0, done.output
     listed = [entry["name"] for entry in json.loads(done.output)["names"]]
-    picked = {metric.lower() for name, metric, _, _ in CASES if name == log}
+    picked = {metric.lower() for name, metric, _, _ in CASES if name == log and metric not in SETTINGS_ECHOED}
     assert picked <= {name.lower() for name in listed}  # val loss, train loss, eval_loss ... stay
     assert not set(NOT_METRICS.get(log, [])) & set(listed)
     for name in listed:  # no piece of a path or a file name, no sentence's middle
@@ -393,18 +398,20 @@ def test_list_shows_each_value_with_the_unit_it_was_printed_with():
     assert "unit" not in listed["val loss"]
 
 
-def test_list_on_a_nanogpt_run_shows_its_config_and_results_in_order():
+def test_list_on_a_nanogpt_run_shows_its_results_in_order_and_not_its_settings():
     done = CliRunner().invoke(cli, ["extract", str(REPO_LOGS / "nanogpt_cpu.log"), "--list"])
     names = [line.split(":")[0] for line in done.output.splitlines()]
-    assert names[:4] == ["eval_interval", "eval_iters", "log_interval", "gradient_accumulation_steps"]
     assert names[-5:] == ["train loss", "val loss", "loss", "time", "mfu"]
-    assert "block_size: 64" in done.output  # the `--block_size=64` override, not the config file's 256
+    # the config file echoed (`batch_size = 64`) and each `Overriding: block_size = 64` are settings
+    assert not {"eval_interval", "eval_iters", "batch_size", "block_size", "learning_rate"} & set(names)
 
 
 @pytest.mark.parametrize(
     ("line", "listed"),
     [
-        ("block_size = 256 # context of up to 256 previous characters", ["block_size"]),
+        ("block_size = 256 # context of up to 256 previous characters", []),
+        ("Overriding: n_embd = 64", []),
+        ("  eval_loss               =     0.5", ["eval_loss"]),  # HF Trainer's metrics block stays
         ("num non-decayed parameter tensors: 5, with 320 parameters", ["num non-decayed parameter tensors"]),
         ("/home/user/nanoGPT/train.py:196: FutureWarning: `torch.cuda.amp.GradScaler(args...)`", []),
         ("iter 10: loss 3.9961, time 78.41ms, mfu 0.00%", ["loss", "time", "mfu"]),

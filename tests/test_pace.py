@@ -226,3 +226,23 @@ def test_a_nanogpt_run_records_its_pace_and_one_at_half_the_pace_is_not_comparab
     )
     assert higher_lr.parent_commit == baseline.commit
     assert "not comparable" not in higher_lr.flags  # another learning rate, the same pace
+
+
+def test_stable_baselines3_tables_give_environment_steps_and_frames_per_second():
+    table = """\
+---------------------------------
+| rollout/           |          |
+|    ep_rew_mean     | 22.3     |
+| time/              |          |
+|    fps             | 1234     |
+|    iterations      | 1        |
+|    time_elapsed    | 1        |
+|    total_timesteps | 2048     |
+---------------------------------
+| time/              |          |
+|    fps             | 1100     |
+|    iterations      | 2        |
+|    total_timesteps | 4096     |
+---------------------------------
+"""
+    assert pace_of(table.splitlines()) == Pace(4096, 1167.0, "fps")

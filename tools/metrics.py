@@ -305,6 +305,12 @@ _BARE_NUMBER = re.compile(NUMBER)
 _LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"})
 
 
+# A setting echoed back, not a result: nanoGPT prints its config file (`batch_size = 64 # ...`, a
+# Python assignment at the line's start) and each override (`Overriding: n_embd = 64`). HF Trainer's
+# metrics block (`  eval_loss    =     0.5`) is indented, so it still lists.
+_CONFIG_ECHO = re.compile(r"\s*Overrid(?:e|ing)\b|[A-Za-z_]\w* = \S")
+
+
 def listed_values(
     line: str, known: Container[str] = ()
 ) -> tuple[list[tuple[str, float, str, bool]], int | None]:
@@ -318,6 +324,8 @@ def listed_values(
     (a listing checks a name until it reads as one once)."""
     line = _unwrapped(line)
     found = _named_numbers(line)
+    if _CONFIG_ECHO.match(line):  # a setting echoed back, not a result
+        return [(name, value, shown, False) for name, value, _, _, _, shown in found], None
     comment = _COMMENT.search(line)
     code = line[: comment.start()] if comment else line
     starts = {entry[3] for entry in found}  # where each name's text begins

@@ -198,13 +198,15 @@ def cli(target: str | None, directory: Path | None, list_only: bool, as_json: bo
     """Start a project from a shipped training target: copy it into DIRECTORY
     (new or empty; default ./TARGET), make that a git repository with one first
     commit, and print the command that runs the baseline. A single-file template
-    (blueprint-plan) is copied to the file given (default: its own name here).
+    (campaign, campaign-llm, campaign-llm-diff, campaign-hybrid, blueprint-plan: `--list`
+    names them all) is copied to the file given (default: its own name here).
 
     \b
     Examples:
       ars init --list
       ars init tiny-lm my-lm
       ars init tiny-lm my-lm --json
+      ars init campaign campaign.yaml
       ars init blueprint-plan plan.yaml
     """
     if list_only:

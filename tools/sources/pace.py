@@ -10,7 +10,10 @@ idea. The lines (references/metric-presets.md has the table for users):
                a tqdm or rich bar's `2.80it/s` (`3.01s/it` inverted)
   tokens       `tok/sec: 1,669,232`, `2936001 tok/s`, `tokens/s=..`, `tokens_per_second_per_gpu:..`,
                `tps: 40,013`; the key as printed
-  samples      `1204.7 samples/s`, `samples/sec: ..`, HF Trainer's `train_samples_per_second`
+  samples      `1204.7 samples/s`, `samples/sec: ..`, HF Trainer's `train_samples_per_second`;
+               Stable-Baselines3's table row `|    fps    | 1234 |` (environment frames per second)
+
+Stable-Baselines3's `|    total_timesteps    | 20480 |` row gives its steps (environment steps).
 
 The step is the first `step`, `iter` or `iteration` number of the last line that has one (never
 `steps`, `num_steps` or `step_avg`). When a log prints several kinds, tokens per second win over
@@ -52,6 +55,8 @@ _TOKENS_AFTER = re.compile(
 _SAMPLE_KEYS = r"train_samples_per_second|samples/s|samples/sec|samples_per_sec(?:ond)?"
 _SAMPLES_NAMED = re.compile(rf"(?<![\w/])(?P<key>{_SAMPLE_KEYS})(?![\w/])['\"]?\s*[:=]\s*['\"]?{_NUM}", re.I)
 _SAMPLES_AFTER = re.compile(rf"(?<![\w.]){_NUM}\s*(?P<key>samples/s|samples/sec)(?![\w/])", re.I)
+_TABLE_FPS = re.compile(rf"^\|\s*(?P<key>fps)\s*\|\s*{_NUM}\s*\|")  # Stable-Baselines3's logger table
+_TABLE_STEPS = re.compile(r"^\|\s*total_timesteps\s*\|\s*(\d+)\s*\|")
 _SCALE = {"k": 1e3, "K": 1e3, "M": 1e6}
 ITERATIONS = "it/s"  # the key of a throughput in steps per second (a bar's rate, 1 / time per step)
 _KINDS = ("tokens", "samples", "iterations")  # the order a log's kinds are preferred in
@@ -88,7 +93,7 @@ def pace_of(lines: Iterable[str]) -> Pace:
     steps = None
     rates: dict[str, list[tuple[str, float]]] = {kind: [] for kind in _KINDS}
     for line in _candidates(lines):
-        step = _STEP.search(line)
+        step = _STEP.search(line) or _TABLE_STEPS.search(line)
         if step:
             steps = int(step.group(1))
         for kind, key, value in _rates(line, stepped=step is not None):
@@ -119,7 +124,7 @@ def _candidates(lines: Iterable[str]) -> list[str]:
     return found
 
 
-_WORDS = ("step", "iter", "tok", "tps", "samples", "it/s", "s/it", "time", "dt")
+_WORDS = ("step", "iter", "tok", "tps", "samples", "it/s", "s/it", "time", "dt", "fps")
 
 
 def _rates(line: str, stepped: bool) -> list[tuple[str, str, float]]:
@@ -137,6 +142,8 @@ def _rates(line: str, stepped: bool) -> list[tuple[str, str, float]]:
         samples = _SAMPLES_NAMED.search(line) or _SAMPLES_AFTER.search(line)
         if samples:
             found.append(("samples", samples.group("key"), _number(samples)))
+    if "fps" in lowered and (frames := _TABLE_FPS.search(line)):
+        found.append(("samples", frames.group("key"), _number(frames)))
     if "it/s" in lowered or "s/it" in lowered:
         for bar in _BAR_RATE.finditer(line):
             value = _number(bar)
