@@ -38,7 +38,7 @@ B_LINE = (
 def engine_row(
     slug: str, value: float, status: str, rerun_of: str = "", flags: str = "", runs: str = "1"
 ) -> Row:
-    """A row as `ars exp` writes it: commit, branch, fingerprint, runs pooled, a rerun's description."""
+    """A row as `ars exp` writes it: commit, branch, fingerprint, runs pooled, a rerun's `rerun_of`."""
     idea = "baseline" if slug == "baseline" else f"{slug} idea"
     return Row(
         branch=f"autoresearch/x/{slug}",
@@ -47,7 +47,7 @@ def engine_row(
         metric_name="val_bpb",
         metric_value=value,
         status=status,
-        description=f"rerun of #{rerun_of}: {idea}" if rerun_of else idea,
+        description=idea,
         rerun_of=rerun_of,
         flags=flags,
         fingerprint=FP,
@@ -205,14 +205,15 @@ def test_a_ledger_without_fingerprints_or_commits_gives_the_best_kept_row(tmp_pa
             metric_name="val_bpb",
             metric_value=0.98,
             status="keep",
-            description="warmup [keep: by hand]",
+            description="warmup",
+            reason="by hand",
         ),
     ]
     best = noise.best(rows, "min")
     assert (best.key, best.n, best.mean, best.row) == (1, 1, 0.97, rows[1])
     assert best.describe() == "#1 keep val_bpb 0.970000: lr"
     assert noise.best(rows, "max").describe("val_bpb") == "#0 keep val_bpb 1.000000: baseline"
-    assert noise.best(rows[3:], "min").description == "warmup"  # the decision's reason left out
+    assert noise.best(rows[3:], "min").description == "warmup"  # the hypothesis, its reason apart
     # karpathy-style rows: one short commit each, no fingerprint, no reruns: every row its own commit
     karpathy = [Row(index=i, commit=c, metric_value=v, status=s, description=c, branch="autoresearch/mar5")
                 for i, (c, v, s) in enumerate([("a1b2c3d", 0.998, "keep"), ("b2c3d4e", 0.993, "keep"),

@@ -13,6 +13,7 @@ import yaml
 from repo_helpers import ars, make_repo
 
 from autoresearch_skills import ledger
+from autoresearch_skills.outcome import CrashCause
 
 TRAIN = """\
 import math, sys, time
@@ -72,7 +73,7 @@ def test_a_run_whose_loss_goes_nan_is_stopped_at_once_as_a_crash(repo: Path):
     out = ars(repo, "exp", "run").stdout
     assert time.monotonic() - began < 20  # not the 2-minute limit
     row = last_row(repo)
-    assert row.status == "crash" and "NaN" in row.description and "step 5" in row.description, row.description
+    assert (row.status, row.cause) == ("crash", CrashCause.NAN) and row.reason == "NaN loss at step 5", row
     assert "status: crash" in out
     assert no_process_of(row)
 
@@ -83,7 +84,9 @@ def test_a_run_that_falls_silent_is_cancelled_after_the_stall_window(repo: Path)
     ars(repo, "exp", "run")
     assert time.monotonic() - began < 25
     row = last_row(repo)
-    assert row.status == "cancelled" and "no output for 3s" in row.description, row.description
+    assert (row.status, row.cause) == ("cancelled", CrashCause.STALL) and "no output for 3s" in row.reason, (
+        row
+    )
     assert no_process_of(row)
 
 
@@ -93,7 +96,7 @@ def test_a_run_that_never_prints_its_first_step_is_cancelled_at_the_first_step_t
     ars(repo, "exp", "run")
     assert time.monotonic() - began < 25
     row = last_row(repo)
-    assert row.status == "cancelled" and "first step" in row.description, row.description
+    assert (row.status, row.cause) == ("cancelled", CrashCause.FIRST_STEP_TIMEOUT), row
 
 
 def test_an_out_of_memory_line_stops_the_run_as_a_crash(repo: Path):
@@ -102,7 +105,7 @@ def test_an_out_of_memory_line_stops_the_run_as_a_crash(repo: Path):
     ars(repo, "exp", "run")
     assert time.monotonic() - began < 20
     row = last_row(repo)
-    assert row.status == "crash" and "out of memory" in row.description.lower(), row.description
+    assert (row.status, row.cause) == ("crash", CrashCause.OOM) and "out of memory" in row.reason, row
 
 
 def test_a_watch_action_set_to_ignore_lets_the_run_go_on(repo: Path):
@@ -137,9 +140,8 @@ def test_the_row_reads_the_metric_from_the_campaigns_metric_source(tmp_path: Pat
     (workdir / "train.py").write_text(JSONL_TRAIN.replace("WRITE = True", "WRITE = False"))
     ars(repo, "exp", "run")
     row = ledger.read(repo / "reports/auto_research/j/results.tsv")[-1]
-    assert (
-        row.status == "crash" and "no val_loss from" in row.description and "metrics.jsonl" in row.description
-    )
+    assert (row.status, row.cause) == ("crash", CrashCause.METRIC_MISSING)
+    assert "no val_loss from" in row.reason and "metrics.jsonl" in row.reason
     assert row.metric_value == 0.0  # never a silent zero result: a crash with the source named
 
 

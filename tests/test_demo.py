@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from autoresearch_skills import ledger
+from autoresearch_skills.outcome import CrashCause
 
 pytest.importorskip("torch", reason="the demo trains the tiny-lm target with torch")
 
@@ -36,7 +37,8 @@ def test_demo_runs_a_whole_campaign(tmp_path: Path):
     ]
     assert rows[1].rerun_of == "0" and rows[1].sigma  # the baseline ran twice: the noise is known
     crashed = experiments[3]
-    assert crashed.status == "crash" and "must divide WIDTH" in crashed.description
+    assert (crashed.status, crashed.cause) == ("crash", CrashCause.EXIT_CODE)
+    assert "must divide WIDTH" in crashed.reason
     assert all(r.fingerprint == rows[0].fingerprint for r in rows if r.status in ("keep", "discard"))
     assert all(r.metric_value < 8 for r in rows if r.status in ("keep", "discard"))
     assert (folder / "report.md").exists() and (folder / "progress.png").stat().st_size > 10_000

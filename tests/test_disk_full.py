@@ -24,6 +24,7 @@ from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.errors import EXIT_REFUSED, Refused
 from autoresearch_skills.launch.base import RunSpec
 from autoresearch_skills.launch.local import LocalLauncher
+from autoresearch_skills.outcome import CrashCause
 
 FULL = "the disk is full (No space left on device)"
 
@@ -207,7 +208,8 @@ def test_the_loop_stops_on_a_full_disk_and_resume_completes_without_a_row_twice(
     assert table[: len(before)] == before
     lr0 = table[1]
     # lr-0 ended while the disk was full: a crash that says why, not a training bug
-    assert lr0.status == "crash" and "the log could not be written: the disk is full" in lr0.description
+    assert (lr0.status, lr0.cause) == ("crash", CrashCause.DISK_FULL)
+    assert "the log could not be written: the disk is full" in lr0.reason
     assert table[2].status in ("keep", "discard")
 
 

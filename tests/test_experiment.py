@@ -11,6 +11,7 @@ import pytest
 from repo_helpers import ars, git, make_repo
 
 from autoresearch_skills import ledger
+from autoresearch_skills.outcome import CrashCause
 
 TRAIN = """\
 import sys, time
@@ -180,8 +181,11 @@ def test_crash_timeout_and_manual_decision(repo: Path):
     ars(repo, "exp", "mark", "keep", "--reason", "flat result with simpler code")
     table = rows(repo)
     assert [r.status for r in table] == ["keep", "crash", "timeout", "keep"]
-    assert table[1].metric_value == 0.0 and "exit code 3" in table[1].description
-    assert table[3].description.endswith("[keep: flat result with simpler code]")
+    assert table[1].metric_value == 0.0 and table[1].cause is CrashCause.EXIT_CODE
+    assert table[1].reason == "exit code 3; RuntimeError: boom" and table[1].description == "exit 3"
+    assert table[2].cause is CrashCause.TIMEOUT
+    assert (table[3].cause, table[3].reason) == (None, "flat result with simpler code")
+    assert table[3].text().endswith("[keep: flat result with simpler code]")  # as people read it
 
 
 def test_memory_resume_after_a_context_reset_restates_the_campaign(repo: Path):
@@ -262,9 +266,8 @@ def test_cancel_stops_the_run_and_records_one_row(repo: Path):
     assert runner.returncode == 0, err
     assert "recorded by another command" in out
     table = rows(repo)
-    assert [r.status for r in table] == ["keep", "cancelled"] and table[1].description.endswith(
-        "[cancelled: diverged]"
-    )
+    assert [r.status for r in table] == ["keep", "cancelled"]
+    assert (table[1].cause, table[1].reason) == (CrashCause.CANCELLED, "diverged")
 
 
 def test_worktrees_off_refuses_a_dirty_tree_and_says_how_to_proceed(repo: Path):
@@ -292,7 +295,7 @@ def test_a_run_with_far_fewer_steps_than_its_parent_is_flagged_not_comparable(re
     set_constant(workdir, "STEPS", "408")  # as if the run got half the machine
     done = ars(repo, "exp", "run").stdout
     assert "pace: 408 steps, 16320 tok/sec (median)" in done
-    assert "warning: not comparable: steps 408 vs 682 for its parent #0 (-40%)" in done
+    assert "warning: not comparable: steps 408 vs 682 for its parent #0 (-40.2%)" in done
     baseline, slow = rows(repo)
     assert (baseline.steps, baseline.throughput, baseline.flags) == ("682", "27280", "")
     assert (slow.steps, slow.throughput) == ("408", "16320")
@@ -339,11 +342,11 @@ def test_rerun_runs_the_same_commit_again_as_new_rows_on_the_same_branch(repo: P
     original, *reruns = table[1:]
     assert [r.rerun_of for r in reruns] == [str(original.index)] * 2
     assert all(r.commit == original.commit and r.branch == original.branch for r in reruns)
-    assert all(r.description.startswith("rerun of #1: LR -> 0.02") for r in reruns)
+    assert all(r.description == original.description == "LR -> 0.02" for r in reruns)
+    assert all(r.text() == "rerun of #1: LR -> 0.02" for r in reruns)
     assert len({r.log_path for r in table}) == len(table)  # each run its own log
     ars(repo, "exp", "rerun", f"#{reruns[-1].index}")  # a rerun of a rerun names the original once
-    assert rows(repo)[-1].description.startswith("rerun of #1: LR -> 0.02")
-    assert "rerun of #1: rerun" not in rows(repo)[-1].description
+    assert (rows(repo)[-1].rerun_of, rows(repo)[-1].text()) == ("1", "rerun of #1: LR -> 0.02")
     refused = ars(repo, "exp", "rerun", "#9", code=2)
     assert "no row #9" in refused.stderr
 

@@ -117,7 +117,7 @@ def test_a_knob_the_command_line_overrides_is_warned_about_by_validate(repo: Pat
     assert "config.py: n_embd is changed there, but the command also sets it (`--n_embd=64`)" in said
 
 
-def test_exp_run_warns_before_it_runs_a_file_change_the_command_line_overrides(repo: Path):
+def test_exp_run_refuses_a_file_change_the_command_line_overrides_unless_asked(repo: Path):
     command = f"{sys.executable} train.py config.py --n_embd=64"
     ars(repo, "campaign", "init", "fk", "--metric", "val_bpb", "--direction", "min", "--command", command,
         "--stop", "6 experiments", "--baseline-repeats", "1")  # fmt: skip
@@ -127,31 +127,47 @@ def test_exp_run_warns_before_it_runs_a_file_change_the_command_line_overrides(r
     )
     config = workdir / "config.py"
     config.write_text(config.read_text().replace("n_embd = 64", "n_embd = 128"))
-    ran = ars(repo, "exp", "run", "wider")
+    refused = ars(repo, "exp", "run", "wider", code=2)  # an attempt spent on a no-op is refused
+    assert (
+        "config.py: n_embd is changed there, but the command also sets it (`--n_embd=64`)" in refused.stderr
+    )
+    assert "--args n_embd=VALUE" in refused.stderr and len(rows(repo)) == 1  # nothing ran
+    ran = ars(repo, "exp", "run", "wider", "--even-if-overridden")
     warning = ran.stderr.index("warning: config.py: n_embd is changed there")
     assert warning < ran.stderr.index("running:")  # said before the run started
-    assert "--args n_embd=VALUE" in ran.stderr
     table = rows(repo)
     assert table[1].metric_value == table[0].metric_value  # the change had no effect, as warned
 
 
-def test_an_experiment_s_own_command_line_knobs_are_recorded_and_rerun_alike(repo: Path):
+def test_an_experiment_s_own_command_line_knobs_are_recorded_rerun_alike_and_named_at_the_end(repo: Path):
     command = f"{sys.executable} train.py config.py"
     ars(repo, "campaign", "init", "fk", "--metric", "val_bpb", "--direction", "min", "--command", command,
         "--stop", "6 experiments", "--baseline-repeats", "1")  # fmt: skip
     ars(repo, "exp", "baseline")
     started = ars(
-        repo, "exp", "start", "wider", "-m", "n_embd 64 -> 128", "--args", "n_embd=128", "--args", "-n=8"
+        repo,
+        "exp",
+        "start",
+        "fewer",
+        "-m",
+        "n_embd 64 -> 128, 2 workers",
+        "--args",
+        "n_embd=128",
+        "--args",
+        "-n=2",
     )
-    assert f"command: {command} --n_embd=128 -n 8" in started.stdout
-    ars(repo, "exp", "run", "wider")  # knobs alone: no file edit needed
-    ars(repo, "exp", "rerun", "wider")
+    assert f"command: {command} --n_embd=128 -n 2" in started.stdout
+    ars(repo, "exp", "run", "fewer")  # knobs alone: no file edit needed
+    ars(repo, "exp", "rerun", "fewer")
     first, again = rows(repo)[1:3]
-    assert first.command == again.command == f"{command} --n_embd=128 -n 8"
+    assert first.command == again.command == f"{command} --n_embd=128 -n 2"
     assert again.rerun_of == str(first.index) and again.metric_value == first.metric_value
-    assert first.metric_value == pytest.approx(rows(repo)[0].metric_value + 0.004 + 0.00064)
+    assert first.metric_value == pytest.approx(rows(repo)[0].metric_value - 0.002 + 0.00064)
     message = git(repo, "log", "-1", "--format=%B", first.commit)
-    assert 'Ars-Args: {"n_embd":128,"-n":8}' in message
+    assert 'Ars-Args: {"n_embd":128,"-n":2}' in message
+    # the branch holds no file change: the closing line says which command reproduces the best
+    finished = ars(repo, "campaign", "finish").stdout
+    assert f"then run `{command} --n_embd=128 -n 2`: its command-line knobs are in the command" in finished
 
 
 def test_the_worktreeinclude_hint_names_prepared_data_never_a_run_output_folder(repo: Path):
@@ -174,3 +190,27 @@ def test_campaign_init_refuses_what_validate_refuses_before_a_folder_exists(repo
     assert "script trian.py does not exist" in refused.stderr
     assert not (repo / "reports").exists()
     ars(repo, *init, "--command", f"nice -n 10 {sys.executable} train.py config.py")
+
+
+def test_a_grid_point_at_the_value_the_file_already_holds_runs_as_an_attempt(repo: Path):
+    path = campaign(
+        repo, {"kind": "grid", "mutable": ["conf.yaml"], "space": {"optimizer.lr": [0.001, 0.003]}}
+    )
+    ars(repo, "campaign", "run", str(path))
+    table = rows(repo)
+    assert len(table) == 3 and all(r.status.is_finished() for r in table)
+    assert table[1].metric_value == table[0].metric_value  # the same file: the parent's value again
+    assert git(repo, "branch", "--show-current") == "main"
+
+
+def test_the_loop_stops_when_the_baseline_fails_and_runs_no_proposal(repo: Path):
+    command = f"{sys.executable} train.py config.py --no-such-flag"  # argparse exits 2: nothing runs
+    path = campaign(
+        repo, {"kind": "grid", "mutable": ["conf.yaml"], "space": {"optimizer.lr": [3e-3]}}, command
+    )
+    out = ars(repo, "campaign", "run", str(path), code=1).stdout
+    assert [r.status.value for r in rows(repo)] == ["crash"]
+    closing = out.strip().splitlines()[-1]
+    assert closing.startswith("baseline failed (#0 crash: ") and "`ars exp retry '#0'`" in closing
+    ars(repo, "campaign", "resume", "fk", code=1)  # still broken: still nothing else runs
+    assert len(rows(repo)) == 1

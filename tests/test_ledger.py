@@ -13,6 +13,7 @@ import pytest
 
 from autoresearch_skills import ledger
 from autoresearch_skills.ledger import BASE_COLUMNS, COLUMNS, Row
+from autoresearch_skills.outcome import CrashCause, Status
 
 NEMO_RL_HEADER = [
     "index", "branch", "parent_commit", "commit", "recipe", "metric_name", "metric_value", "memory_gb",
@@ -90,6 +91,80 @@ def test_every_status_is_accepted(tmp_path):
     for status in ledger.STATUSES:
         ledger.append(path, row(status))
     assert [r.status for r in ledger.read(path)] == list(ledger.STATUSES)
+
+
+def test_a_crash_row_carries_its_cause_and_reason_in_columns_of_their_own(tmp_path):
+    path = tmp_path / "results.tsv"
+    written = ledger.append(
+        path,
+        row("crash", 0.0, description="LR 0.02", cause="exit_code", reason="exit code 1; WIDTH must be even"),
+    )
+    back = ledger.read(path)[0]
+    assert (back.status, back.cause, back.reason) == (Status.CRASH, CrashCause.EXIT_CODE, written.reason)
+    assert back.description == "LR 0.02" and back.text() == "LR 0.02 [crash: exit code 1; WIDTH must be even]"
+    fields = dict(zip(COLUMNS, path.read_text().split("\n")[1].split("\t")))
+    assert (fields["cause"], fields["mode"]) == ("exit_code", "")
+    assert ars("ledger", "show", str(path)).stdout.splitlines()[1].endswith(back.text())
+    refused = ars("ledger", "append", str(path), "--status", "crash", "--cause", "gremlins")
+    assert refused.returncode == 2 and "'gremlins' is not one of" in refused.stderr
+
+
+# What the release before the `cause`, `reason` and `mode` columns wrote: 29 columns, the reason, the
+# rerun and a hybrid switch said in the description.
+OLDER_ROWS = [
+    ("keep", 1.0, "", "baseline"),
+    ("crash", 0.0, "", "LR 0.02 [crash: exit code 1; ValueError: WIDTH [64] must be even]"),
+    ("cancelled", 0.0, "", "LR 0.05 [cancelled: no first step in 20m (waited for 'step')]"),
+    ("crash", 0.0, "", "deep [crash: NaN loss at step 410]"),
+    ("timeout", 0.0, "", "wide [timeout: killed at the 10m limit]"),
+    ("crash", 0.0, "", "big [crash: runner died (the supervisor died before the command ended)]"),
+    ("cancelled", 0.0, "", "odd [cancelled: stop (median): best so far 1.3 at step 40 is worse]"),
+    ("discard", 1.1, "", "[hybrid: diffs after 4 runs without improvement] a wider model"),
+    ("keep", 1.0, "0", "rerun of #0: baseline"),
+    ("keep", 0.9, "", "warmup [keep: flat result, simpler code]"),
+    ("cancelled", 0.0, "", "slow [cancelled: superseded by deeper]"),
+]
+
+
+def older_ledger(path: Path) -> Path:
+    lines = ["\t".join(ledger.BEFORE_CAUSE)]
+    for n, (status, value, rerun_of, description) in enumerate(OLDER_ROWS):
+        values = {**dict.fromkeys(ledger.BEFORE_CAUSE, ""), "index": str(n), "metric_value": f"{value:.6f}",
+                  "memory_gb": "0.0", "elapsed_min": "1.00", "job_id": "none", "status": status,
+                  "description": description, "rerun_of": rerun_of, "started_at": T0, "ended_at": T1}  # fmt: skip
+        lines.append("\t".join(values[c] for c in ledger.BEFORE_CAUSE))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_rows_of_the_previous_release_are_read_with_their_causes_reasons_and_modes(tmp_path):
+    rows = ledger.read(older_ledger(tmp_path / "results.tsv"))
+    assert [r.cause for r in rows] == [
+        None, CrashCause.EXIT_CODE, CrashCause.FIRST_STEP_TIMEOUT, CrashCause.NAN, CrashCause.TIMEOUT,
+        CrashCause.RUNNER_DIED, CrashCause.PRUNED, None, None, None, CrashCause.CANCELLED,
+    ]  # fmt: skip
+    assert [r.description for r in rows] == [
+        "baseline", "LR 0.02", "LR 0.05", "deep", "wide", "big", "odd",
+        "[hybrid: diffs after 4 runs without improvement] a wider model", "baseline", "warmup", "slow",
+    ]  # fmt: skip
+    assert rows[1].reason == "exit code 1; ValueError: WIDTH [64] must be even"  # brackets of its own kept
+    assert rows[9].reason == "flat result, simpler code"
+    assert [r.mode for r in rows] == ["", "", "", "", "", "", "", "diff", "", "", ""]
+    assert [r.text() for r in rows] == [d for *_, d in OLDER_ROWS]  # as people always read them
+
+
+def test_a_row_appended_to_a_ledger_of_the_previous_release_says_its_reason_as_that_release_did(tmp_path):
+    path = older_ledger(tmp_path / "results.tsv")
+    ledger.append(
+        path, row("crash", 0.0, description="tiny", cause="oom", reason="CUDA out of memory: x", rerun_of="3")
+    )
+    last = path.read_text().splitlines()[-1].split("\t")
+    assert len(last) == len(ledger.BEFORE_CAUSE)  # the ledger keeps its own columns
+    assert (
+        last[ledger.BEFORE_CAUSE.index("description")] == "rerun of #3: tiny [crash: CUDA out of memory: x]"
+    )
+    back = ledger.read(path)[-1]
+    assert (back.description, back.reason, back.cause) == ("tiny", "CUDA out of memory: x", CrashCause.OOM)
 
 
 # ---------------------------------------------------------------- concurrency

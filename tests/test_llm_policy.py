@@ -21,6 +21,7 @@ from repo_helpers import ars, git, make_repo
 
 from autoresearch_skills import ledger
 from autoresearch_skills.campaign import llm, llm_endpoint, settings
+from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.proposals import Rejected, make_policy
 from autoresearch_skills.errors import BadInput
 
@@ -374,7 +375,7 @@ def test_cached_proposals_are_handed_out_until_a_new_result_makes_them_stale(rep
     os.environ["OPENAI_API_KEY"] = KEY  # this test calls the policy in this process
     try:
         policy = make_policy(
-            {"kind": "llm", "model": "m", "base_url": model.url, "mutable": ["train.py"]}, set()
+            PolicySettings(kind="llm", model="m", base_url=model.url, mutable=["train.py"]), set()
         )
         model.script = [
             proposals(
@@ -400,12 +401,15 @@ def test_values_outside_the_space_repeats_and_no_ops_are_refused(repo: Path, mod
     os.environ["OPENAI_API_KEY"] = KEY
     try:
         config = {"kind": "llm", "model": "m", "base_url": model.url, "mutable": ["train.py"]}
-        policy = make_policy(
-            {**config, "space": {"LR": {"log_uniform": [0.001, 0.1]}, "WIDTH": [64, 96]}}, set()
-        )
+        space = {"LR": {"log_uniform": [0.001, 0.1]}, "WIDTH": [64, 96]}
+        policy = make_policy(PolicySettings.from_mapping({**config, "space": space}), set())
         context = fake_context(repo)
         context["ledger"] = [
             {"index": 2, "branch": "a/higher", "status": "keep", "description": "set LR=0.02: up"}
+        ]
+        # a run in flight is known by its proposal's values, whatever its description says
+        context["in_flight"] = [
+            {"slug": "lr-b", "description": "[hybrid: ...] faster", "proposal": {"set": {"LR": 0.03}}}
         ]
         for answer, reason in [
             (
@@ -414,6 +418,7 @@ def test_values_outside_the_space_repeats_and_no_ops_are_refused(repo: Path, mod
             ),
             (proposals({"set": {"WIDTH": 80}}), "WIDTH=80 is outside its range: one of 64, 96"),
             (proposals({"set": {"LR": 0.02}}), "set LR=0.02 was already tried (#2 higher (keep))"),
+            (proposals({"set": {"LR": 0.03}}), "set LR=0.03 was already tried (lr-b, running now)"),
             (proposals({"set": {"WIDTH": 64}}), "set WIDTH=64 changes nothing"),
             ('{"proposals": {"set": {}}}', "`proposals` must be a list"),
             ("", "the model answered nothing"),
@@ -478,7 +483,7 @@ def test_a_diff_may_not_touch_a_file_outside_the_mutable_list(repo: Path, model:
     os.environ["OPENAI_API_KEY"] = KEY
     try:
         policy = make_policy(
-            {"kind": "llm_diff", "model": "m", "base_url": model.url, "mutable": ["train.py"]}, set()
+            PolicySettings(kind="llm_diff", model="m", base_url=model.url, mutable=["train.py"]), set()
         )
         model.script = [DIFF_FROZEN.replace("prepare.py", "program.md")]
         context = {**fake_context(repo), "frozen_files": []}
@@ -511,6 +516,7 @@ def test_hybrid_turns_to_diffs_on_a_stall_and_back_after_rejected_diffs(repo: Pa
         ("wider", "keep"),
         ("lr-up", "keep"),
     ]
+    assert [r.mode for r in table] == ["", "", "", "diff", "parameters"]  # the switches, as data
     assert table[3].description.startswith("[hybrid: diffs after 2 runs without improvement] a wider model")
     assert table[4].description.startswith("[hybrid: parameters again after 2 rejected diffs] set LR=0.02")
     assert [c["mode"] for c in calls(repo)] == ["parameters"] * 2 + ["diff"] * 3 + ["parameters"]
@@ -524,27 +530,36 @@ def test_hybrid_turns_to_diffs_on_a_stall_and_back_after_rejected_diffs(repo: Pa
 def test_hybrid_after_a_resume_takes_up_the_mode_its_last_switch_wrote_in_the_ledger(
     repo: Path, model: FakeModel
 ):
-    def row(index: int, description: str, value: float) -> dict:
+    def row(index: int, description: str, value: float, mode: str = "") -> dict:
         status = "keep" if index == 0 else "discard"
         return {"index": index, "status": status, "metric_value": value, "commit": f"c{index}",
-                "rerun_of": "", "description": description, "branch": f"x/r{index}"}  # fmt: skip
+                "rerun_of": "", "description": description, "branch": f"x/r{index}", "mode": mode}  # fmt: skip
 
     stalled = [row(0, "baseline", 1.2), row(1, "set LR=0.005", 1.3), row(2, "set LR=0.004", 1.3)]
-    diffs = [*stalled, row(3, "[hybrid: diffs after 2 runs without improvement] a wider model", 1.3)]
-    back = [*diffs, row(4, "[hybrid: parameters again after 2 rejected diffs] set LR=0.02", 1.3)]
+    diffs = [*stalled, row(3, "[hybrid: diffs after 2 runs without improvement] a wider model", 1.3, "diff")]
+    back = [
+        *diffs,
+        row(4, "[hybrid: parameters again after 2 rejected diffs] set LR=0.02", 1.3, "parameters"),
+    ]
     assert llm.hybrid_mode(stalled) == (llm.PARAMETERS, 0)
     assert llm.hybrid_mode(diffs) == (llm.DIFF, 0)
     assert llm.hybrid_mode(back) == (llm.PARAMETERS, 4)
+    # the mode is the column's, whatever a description says
+    reworded = [*stalled, row(3, "a wider model (the policy turned to diffs)", 1.3, "diff")]
+    assert llm.hybrid_mode(reworded) == (llm.DIFF, 0)
+    assert llm.hybrid_mode([*stalled, row(3, "[hybrid: diffs after 9 runs] x", 1.3)]) == (llm.PARAMETERS, 0)
+    # the release before the `mode` column said a switch in the description: the ledger's reader reads it
+    older = repo / "older.tsv"
+    older.write_text("\t".join(ledger.BEFORE_CAUSE) + "\n")
+    for r in [*stalled, {**diffs[3], "mode": ""}]:
+        ledger.append(older, ledger.make_row(r))
+    assert llm.hybrid_mode([r.to_dict() for r in ledger.read(older)]) == (llm.DIFF, 0)
 
     os.environ["OPENAI_API_KEY"] = KEY
     try:
-        config = {
-            "kind": "hybrid",
-            "model": "m",
-            "base_url": model.url,
-            "mutable": ["train.py"],
-            "stall_threshold": 2,
-        }
+        config = PolicySettings(
+            kind="hybrid", model="m", base_url=model.url, mutable=["train.py"], stall_threshold=2
+        )
         model.script = [DIFF_WIDER]  # a fresh policy (the resumed loop's) keeps proposing diffs
         proposal = make_policy(config, set()).next({**fake_context(repo), "ledger": diffs})
         assert proposal is not None and proposal.slug == "wider" and "[hybrid:" not in proposal.description
@@ -629,20 +644,23 @@ def test_a_missing_key_refuses_the_run_before_anything_starts(repo: Path, model:
 
 def test_make_refuses_settings_it_cannot_use():
     with pytest.raises(BadInput, match="`policy.model` is required"):
-        llm.make({"kind": "llm", "mutable": ["train.py"]}, set())
+        llm.make(PolicySettings(kind="llm", mutable=["train.py"]), set())
     with pytest.raises(BadInput, match=r"`policy.space.LR`: use a list of values"):
-        llm.make({"kind": "llm", "model": "m", "mutable": ["train.py"], "space": {"LR": 0.1}}, set())
+        llm.make(PolicySettings(kind="llm", model="m", mutable=["train.py"], space={"LR": 0.1}), set())
 
 
 def test_the_declared_defaults_are_the_ones_the_policies_apply():
-    policy = settings.POLICY
-    assert policy["api_key_env"].default == llm_endpoint.API_KEY_ENV
-    assert policy["request_timeout"].default == llm_endpoint.REQUEST_TIMEOUT
-    assert policy["request_retries"].default == llm_endpoint.REQUEST_RETRIES
-    assert policy["max_diff_lines"].default == llm.MAX_DIFF_LINES
-    assert policy["stall_threshold"].default == llm.STALL_THRESHOLD
-    assert policy["max_rejected_diffs"].default == llm.MAX_REJECTED_DIFFS
-    assert set(llm.KINDS) <= set(policy["kind"].kind.choices())
+    declared = settings.POLICY
+    policy = llm.LlmPolicy(PolicySettings(kind="hybrid", model="m", mutable=["train.py"]), set())
+    endpoint = policy.endpoint
+    assert endpoint.api_key_env == declared["api_key_env"].default == "OPENAI_API_KEY"
+    assert endpoint.request_timeout == declared["request_timeout"].default
+    assert endpoint.request_retries == declared["request_retries"].default
+    assert (endpoint.base_url, endpoint.temperature) == (None, None)
+    assert policy.max_diff_lines == declared["max_diff_lines"].default
+    assert policy.stall_threshold == declared["stall_threshold"].default
+    assert policy.max_rejected_diffs == declared["max_rejected_diffs"].default
+    assert set(llm.KINDS) <= set(declared["kind"].kind.choices())
 
 
 def test_the_call_log_format_is_documented():

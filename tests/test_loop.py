@@ -18,6 +18,7 @@ from repo_helpers import ars, git, make_repo, training_processes
 
 from autoresearch_skills import ledger
 from autoresearch_skills.launch.tmuxcmd import Tmux
+from autoresearch_skills.outcome import CrashCause
 
 TRAIN = """\
 import os, sys, time
@@ -111,7 +112,8 @@ def test_queue_policy_runs_set_and_patch_and_ends_saying_it_is_exhausted(repo: P
     )
     assert table[1].metric_value == pytest.approx(1.132) and table[2].metric_value == pytest.approx(1.2)
     assert table[2].parent_commit == table[0].commit
-    assert "exit code 1" in table[3].description and "WIDTH must be even" in table[3].description
+    assert table[3].cause is CrashCause.EXIT_CODE
+    assert "exit code 1" in table[3].reason and "WIDTH must be even" in table[3].reason
     assert git(repo, "show", f"{table[2].commit}:prepare.py") == "DATA = 'frozen'"
     assert "no more proposals" in out
 
@@ -139,9 +141,10 @@ def test_random_policy_is_reproducible_from_its_seed(repo: Path, tmp_path: Path)
     ars(repo, "campaign", "run", str(write_campaign(repo, policy)), code=1)
     first = [r.description for r in rows(repo)]
     assert len(first) == 3 and all(d.startswith("set LR=") for d in first[1:])
+    from autoresearch_skills.campaign.policy_settings import PolicySettings
     from autoresearch_skills.campaign.proposals import make_policy
 
-    replay = make_policy(policy, set())
+    replay = make_policy(PolicySettings.from_mapping(policy), set())
     drawn = [replay.next({})]
     replay.attempted.add(drawn[0].slug)
     drawn.append(replay.next({}))
@@ -358,7 +361,7 @@ def test_a_run_whose_runner_died_with_the_loop_is_run_again_not_blamed_on_the_hy
     table = rows(repo)
     assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "keep")]
     assert table[1].log_path != first["log_path"] and Path(first["log_path"]).exists()  # both logs kept
-    assert "run again after its runner died" in table[1].description
+    assert table[1].cause is None and "run again after its runner died" in table[1].flags
     assert no_training_processes(repo)
 
 
@@ -369,5 +372,5 @@ def test_a_run_whose_runner_dies_twice_is_recorded_as_a_crash(repo: Path):
     ars(repo, "campaign", "resume", "loop", code=1)
     table = rows(repo)
     assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "crash")]
-    assert "runner died" in table[1].description
+    assert table[1].cause is CrashCause.RUNNER_DIED and "runner died" in table[1].reason
     assert no_training_processes(repo)

@@ -17,6 +17,7 @@ from repo_helpers import ars, git
 
 from autoresearch_skills import ledger
 from autoresearch_skills.metrics import extract
+from autoresearch_skills.outcome import CrashCause
 
 HERE = Path(__file__).parent
 SHAPED = HERE / "data" / "nanogpt_like"
@@ -113,11 +114,12 @@ def test_without_worktreeinclude_the_crash_names_the_missing_data_and_the_line(r
     config = campaign_file(repo, stop="1 experiments, 2m each")
     checked = ars(repo, "campaign", "validate", str(config))
     assert "ignored files" in checked.stderr and ".worktreeinclude" in checked.stderr
-    ars(repo, "campaign", "run", str(config), timeout=300)
+    out = ars(repo, "campaign", "run", str(config), timeout=300, code=1).stdout
+    assert out.strip().splitlines()[-1].startswith("baseline failed (#0 crash: ")
     [baseline] = rows_of(repo)
-    assert baseline.status == "crash"
-    assert "data/shakespeare_char/meta.pkl is in your checkout" in baseline.description
-    assert "`data/shakespeare_char/meta.pkl`" in baseline.description or "`data/`" in baseline.description
+    assert (baseline.status, baseline.cause) == ("crash", CrashCause.EXIT_CODE)
+    assert "data/shakespeare_char/meta.pkl is in your checkout" in baseline.reason
+    assert "`data/shakespeare_char/meta.pkl`" in baseline.reason or "`data/`" in baseline.reason
 
 
 def test_a_metric_the_log_never_prints_names_what_it_does_print(repo: Path):
@@ -125,11 +127,11 @@ def test_a_metric_the_log_never_prints_names_what_it_does_print(repo: Path):
     config = campaign_file(repo, metric="validation loss", parallel=1, stop="1 experiments, 2m each")
     checked = ars(repo, "campaign", "validate", str(config))
     assert "no committed file contains `validation loss`" in checked.stderr
-    ars(repo, "campaign", "run", str(config), timeout=300)
+    ars(repo, "campaign", "run", str(config), timeout=300, code=1)  # a baseline without its metric ends it
     [baseline] = rows_of(repo)
-    assert baseline.status == "crash"
-    assert "no validation loss in the log" in baseline.description
-    assert "val loss" in baseline.description and "set `metric: val loss`" in baseline.description
+    assert (baseline.status, baseline.cause) == ("crash", CrashCause.METRIC_MISSING)
+    assert "no validation loss in the log" in baseline.reason
+    assert "val loss" in baseline.reason and "set `metric: val loss`" in baseline.reason
 
 
 def test_a_pattern_reads_the_metric_where_no_name_would(repo: Path):

@@ -16,6 +16,7 @@ import pytest
 
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.ledger import Row
+from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.runwatch import (
     DEFAULT_ACTIONS,
     Condemnation,
@@ -98,14 +99,21 @@ STEPS = textwrap.dedent("""
 def test_nan_after_some_steps_is_a_crash_naming_the_step(train):
     run = train(STEPS + "print('step 6 loss=nan')\ntime.sleep(60)\n")
     found, after = watch_until(watcher_for(run, WatchPolicy()), 10)
-    assert found == Condemnation("cancel", "crash", "NaN loss at step 6", "step 6 loss=nan", "nan_loss")
+    assert found == Condemnation(
+        "cancel", Status.CRASH, CrashCause.NAN, "NaN loss at step 6", "step 6 loss=nan", "nan_loss"
+    )
     assert after < 5
 
 
 def test_a_silent_hang_is_cancelled_after_the_stall_window(train):
     run = train(STEPS + "time.sleep(60)\n")
     found, after = watch_until(watcher_for(run, WatchPolicy.from_settings({"stall_after": "1.5s"}, None)), 10)
-    assert (found.action, found.status, found.kind) == ("cancel", "cancelled", "stall")
+    assert (found.action, found.status, found.cause, found.kind) == (
+        "cancel",
+        "cancelled",
+        CrashCause.STALL,
+        "stall",
+    )
     assert found.reason.startswith("no output for ")
     assert 1.5 <= after < 4
 
@@ -117,7 +125,7 @@ def test_a_run_that_never_prints_its_first_step_is_cancelled(train):
     )
     policy = WatchPolicy.from_settings(None, None, "1.5s", preset="karpathy")
     found, after = watch_until(watcher_for(run, policy, metric="val_bpb", preset="karpathy"), 10)
-    assert (found.status, found.kind) == ("cancelled", "first_step_timeout")
+    assert (found.status, found.cause) == ("cancelled", CrashCause.FIRST_STEP_TIMEOUT)
     assert found.reason.startswith("no first step in ") and "step" in found.reason
     assert 1.5 <= after < 4
 
@@ -141,7 +149,7 @@ def test_a_cuda_oom_line_is_a_crash_at_once(train):
         "time.sleep(60)\n"
     )
     found, after = watch_until(watcher_for(run, WatchPolicy()), 10)
-    assert (found.status, found.kind) == ("crash", "cuda_oom")
+    assert (found.status, found.cause, found.kind) == ("crash", CrashCause.OOM, "cuda_oom")
     assert found.reason.startswith("CUDA out of memory: torch.OutOfMemoryError")
     assert after < 5
 
@@ -152,7 +160,7 @@ def test_divergence_is_a_crash(train):
         "    print(f'step {s} loss={loss}'); time.sleep(0.05)\ntime.sleep(60)\n"
     )
     found, _ = watch_until(watcher_for(run, WatchPolicy()), 10)
-    assert (found.status, found.kind) == ("crash", "divergence")
+    assert (found.status, found.cause) == ("crash", CrashCause.DIVERGENCE)
     assert found.reason == "loss diverged: 9 at step 7, back past its start 5 (best 1.5)"
 
 
@@ -161,7 +169,7 @@ def test_an_exception_followed_by_silence_is_a_crash_but_one_the_run_survives_is
     run = train(STEPS + "import traceback\ntry:\n    {}['input_ids']\nexcept KeyError:\n"
                 "    traceback.print_exc()\ntime.sleep(60)\n")  # fmt: skip
     found, after = watch_until(watcher_for(run, policy), 10)
-    assert (found.status, found.kind) == ("crash", "traceback")
+    assert (found.status, found.cause) == ("crash", CrashCause.TRACEBACK)
     assert found.reason.startswith("KeyError: 'input_ids' (no output for ")
     run.stop()
     (tmp_path / "run.log").unlink()
@@ -227,7 +235,7 @@ def test_median_pruning_cancels_a_lagging_run_with_the_rules_own_line(train, tmp
         "time.sleep(60)\n"
     )
     found, _ = watch_until(watcher_for(run, WatchPolicy.from_settings(None, "median"), rows=rows), 10)
-    assert (found.action, found.status, found.kind) == ("cancel", "cancelled", "prune")
+    assert (found.action, found.status, found.cause) == ("cancel", "cancelled", CrashCause.PRUNED)
     assert (
         found.reason.startswith("stop (median): best so far ") and "worse than the 75% mark" in found.reason
     )

@@ -9,14 +9,18 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from repo_helpers import ars, make_repo
 
 from autoresearch_skills.campaign import noise, settings, store
 from autoresearch_skills.campaign.cli import init_cmd
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
+from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.pool import GpuSpec, Pool, parse_devices, parse_gpu_spec
 from autoresearch_skills.campaign.settings import POLICY, SETTINGS, Settings, reference_table, shown_default
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.sources.reading import KEYS, MetricSource
+from autoresearch_skills.yamlfile import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "references" / "campaign-settings.md"
@@ -110,6 +114,98 @@ def test_a_campaign_yaml_written_by_the_released_version_loads(tmp_path: Path):
     assert s.pool().describe() == "2 slot(s), GPUs 0,1,2,3, 2 per run (CUDA_VISIBLE_DEVICES)"
     assert s.noise_policy().best_runs == 2 and s.prune_rule() == "off"
     assert s.watch_policy().stall_after == 15 * 60
+
+
+def test_a_released_campaign_yaml_is_written_back_as_it_was(tmp_path: Path):
+    (tmp_path / "campaign.yaml").write_text(RELEASED_YAML)
+    store.write_settings(store.load(tmp_path))
+    written = (tmp_path / "campaign.yaml").read_text()
+    assert written.startswith(RELEASED_YAML)  # the keys added since follow, at their defaults
+    assert [line.split(":")[0] for line in written[len(RELEASED_YAML) :].splitlines()] == ADDED_KEYS
+
+
+def _field_default(spec: dataclasses.Field):
+    if spec.default is not dataclasses.MISSING:
+        return spec.default
+    return spec.default_factory() if spec.default_factory is not dataclasses.MISSING else None
+
+
+@pytest.mark.parametrize(
+    ("table", "typed"), [(SETTINGS, Settings), (POLICY, PolicySettings)], ids=["top", "policy"]
+)
+def test_each_key_of_a_table_is_a_field_of_its_dataclass_with_the_same_type_and_default(table, typed):
+    keys = [key for key in table.values() if key.stored]
+    fields = dataclasses.fields(typed)
+    assert [f.name for f in fields] == [key.name for key in keys]  # and in the order campaign.yaml lists them
+    for spec, key in zip(fields, keys):
+        assert spec.type == key.kind.py + (" | None" if spec.default is None else ""), spec.name
+        assert key.default == _field_default(spec), spec.name
+    without_default = {f.name for f in fields if _field_default(f) is None and f.default is not None}
+    assert without_default == {k.name for k in keys if k.written or (k.required and typed is PolicySettings)}
+
+
+def test_a_default_written_in_a_table_instead_of_its_field_is_refused():
+    timeout = settings.Key("timeout", settings.number(above=0), "seconds", default=60.0)
+    with pytest.raises(
+        TypeError, match="timeout: write its default on the PolicySettings field, not in the table"
+    ):
+        settings._declared(PolicySettings, [timeout])
+
+
+def test_a_metric_source_has_a_field_for_every_key_its_kinds_read():
+    names = {f.name for f in dataclasses.fields(MetricSource)}
+    assert names == {"kind", "mode", *(key for keys in KEYS.values() for key in keys)}
+
+
+SECTIONS_YAML = """\
+policy:
+  kind: random
+  samples: 8
+  seed: 3
+  space: {LR: [0.01, 0.02]}
+  mutable: [train.py]
+watch: {stall_after: 5m, nan_loss: warn, first_step_timeout: cancel}
+metric_source: {kind: jsonl, path: metrics.jsonl, key: val_loss, mode: best}
+"""
+
+
+def test_the_sections_of_a_campaign_folder_read_typed_and_are_written_back_as_given(tmp_path: Path):
+    released = RELEASED_YAML.replace("policy: {}\n", "").replace("watch: {}\n", "")
+    (tmp_path / "campaign.yaml").write_text(released.replace("metric_source: null\n", SECTIONS_YAML))
+    s = store.load(tmp_path).settings
+    policy, watch, source = s.policy, s.watch, s.metric_source
+    assert (policy.kind, policy.samples, policy.seed, policy.mutable) == ("random", 8, 3, ["train.py"])
+    assert (policy.timeout, policy.parent) == (POLICY["timeout"].default, POLICY["parent"].default)
+    assert watch.stall_after == "5m" and watch.actions == {"nan_loss": "warn", "first_step_timeout": "cancel"}
+    assert (source.kind, source.path, source.mode) == ("jsonl", "metrics.jsonl", "best")
+    assert s.frozen_paths() == ["prepare.py"] and s.metric_reading() is source
+    store.write_settings(store.load(tmp_path))
+    written, given = read_yaml(tmp_path / "campaign.yaml"), yaml.safe_load(SECTIONS_YAML)
+    assert written["policy"] == {k: v for k, v in given["policy"].items() if k != "samples"}  # 8: the default
+    assert written["watch"] == given["watch"] and written["metric_source"] == given["metric_source"]
+    assert store.load(tmp_path).settings == s
+
+
+def test_a_blueprints_own_watch_goes_over_the_campaigns_and_an_action_leaves_the_timeout_alone():
+    s = Settings.from_mapping(
+        {"name": "x", "metric": "m", "direction": "min", "command": "true", "repo": "/r", "prefix": "p",
+         "created_at": "2025-01-01T09:00:00+00:00", "preset": "generic", "first_step_timeout": "5m",
+         "watch": {"stall_after": "2m", "first_step_timeout": "warn"}}
+    )  # fmt: skip
+    campaign = s.watch_policy()
+    assert (campaign.stall_after, campaign.first_step_timeout, campaign.first_step) == (120, 300, None)
+    assert campaign.actions["first_step_timeout"] == "warn"
+    own = s.watch_policy({"first_step": "step 1", "first_step_timeout": 60})
+    assert (own.stall_after, own.first_step_timeout, own.first_step) == (120, 60, "step 1")
+
+
+def test_a_section_that_cannot_be_read_is_refused_in_one_line_naming_the_file(tmp_path: Path):
+    (tmp_path / "campaign.yaml").write_text(RELEASED_YAML.replace("watch: {}", "watch: {stall_afer: 5m}"))
+    with pytest.raises(BadInput, match=r"campaign.yaml: watch key 'stall_afer' is unknown"):
+        store.load(tmp_path)
+    (tmp_path / "campaign.yaml").write_text(RELEASED_YAML.replace("policy: {}", "policy: {seed: 3}"))
+    with pytest.raises(BadInput, match=r"campaign.yaml: `policy` needs `kind`"):
+        store.load(tmp_path)
 
 
 def test_settings_left_out_take_the_declared_defaults():
@@ -291,6 +387,7 @@ def test_the_declaration_stays_in_its_layer():
     tools = ROOT / "tools"
     below = (
         "campaign.paths",
+        "campaign.policy_settings",
         "campaign.pool",
         "campaign.noise",
         "clock",
@@ -299,6 +396,7 @@ def test_the_declaration_stays_in_its_layer():
         "stoprule",
         "runwatch",
         "metrics",
+        "sources.reading",
     )
     for name in _imports(tools / "campaign" / "settings.py"):
         assert name.removeprefix("autoresearch_skills.").startswith(below), name

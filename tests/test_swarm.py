@@ -17,6 +17,7 @@ from repo_helpers import ars, git
 
 from autoresearch_skills.blueprint import Spec, read_flag, read_trial_log, write_new
 from autoresearch_skills.ledger import read as read_ledger
+from autoresearch_skills.outcome import CrashCause
 
 FAKE_TRAIN = """\
 import os, signal, sys, time
@@ -128,10 +129,9 @@ def test_swarm_shares_the_pool_stops_a_silent_start_and_relaunches_after_a_fix(t
     rows = read_ledger(repo / "reports" / "auto_research" / "blueprints" / "results.tsv")
     assert sorted(r.branch.rsplit("/", 1)[1] for r in rows) == sorted(MODES)
     by_name = {r.branch.rsplit("/", 1)[1]: r for r in rows}
-    assert by_name["silent"].status == "cancelled", by_name["silent"].description
-    assert "no first step in" in by_name["silent"].description
-    assert "actor/kl_loss:" in by_name["silent"].description
-    assert by_name["flaky"].status == "crash"
+    assert (by_name["silent"].status, by_name["silent"].cause) == ("cancelled", CrashCause.FIRST_STEP_TIMEOUT)
+    assert "no first step in" in by_name["silent"].reason and "actor/kl_loss:" in by_name["silent"].reason
+    assert (by_name["flaky"].status, by_name["flaky"].cause) == ("crash", CrashCause.EXIT_CODE)
     for name in ("alpha", "beta", "gamma"):
         assert read_flag(result_dir(repo, name) / "finish.flag")["status"] == "ok"
         assert (result_dir(repo, name) / "results.md").is_file()
@@ -150,7 +150,7 @@ def test_swarm_shares_the_pool_stops_a_silent_start_and_relaunches_after_a_fix(t
     assert "flaky: attempt 1 failed; not relaunched" in idle.stdout
     assert len(read_ledger(repo / "reports" / "auto_research" / "blueprints" / "results.tsv")) == 5
     status = ars(repo, "blueprint", "status", "blueprints/")
-    assert "flaky: attempt 1 ended (failed: RuntimeError" in status.stdout
+    assert "flaky: attempt 1 ended (failed: exit code 1; RuntimeError)" in status.stdout
 
     # The fix, in the checkout and in the trial log; --final makes this round the last one.
     (repo / "cfg" / "flaky.yaml").write_text("mode: ok\n")

@@ -18,6 +18,7 @@ from repo_helpers import ars, git, make_repo
 from autoresearch_skills import ledger
 from autoresearch_skills.launch import get_launcher
 from autoresearch_skills.launch.base import RunSpec
+from autoresearch_skills.outcome import CrashCause
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -117,11 +118,12 @@ def test_the_loop_records_lost_sessions_as_crashes_and_goes_on(repo: Path, serve
         ("lr-b", "crash"),
         ("lr-c", "keep"),  # the loop went on with the next proposal, on a new server
     ]
-    assert table[1].description == (
+    assert [r.cause for r in table[1:3]] == [CrashCause.LOST_SESSION] * 2
+    assert table[1].text() == (
         f"LR 0.02, session killed [crash: tmux session ng-lr-a on server -L {server.name} vanished "
         "(the session was killed; the server still runs)]"
     )
-    assert table[2].description == (
+    assert table[2].text() == (
         f"LR 0.025, server killed [crash: tmux session ng-lr-b on server -L {server.name} vanished "
         "(the tmux server is gone)]"
     )
@@ -163,7 +165,12 @@ def test_status_and_doctor_show_a_run_lost_with_its_server_before_it_is_recorded
     waited = ars(repo, "exp", "wait", code=None)
     assert "status: crash" in waited.stdout, waited.stdout + waited.stderr
     row = ledger.read(repo / "reports/auto_research/demo/results.tsv")[-1]
-    assert (row.status, row.description) == ("crash", f"baseline [crash: {lost}]")
+    assert (row.status, row.cause, row.description, row.reason) == (
+        "crash",
+        CrashCause.LOST_SESSION,
+        "baseline",
+        lost,
+    )
     status = ars(repo, "campaign", "status", code=None).stdout
     assert "in_flight: -" in status and f"[crash: {lost}]" in status
     assert (

@@ -65,6 +65,10 @@ def test_a_campaign_of_the_previous_release_is_read_and_goes_on(tmp_path: Path):
         ("closer", 1.01),
         ("further", 1.02),
     ]
+    # its ledger keeps the header of the release that wrote it (no cause, reason or mode columns)
+    header = (folder / "results.tsv").read_text().splitlines()[0]
+    assert tuple(header.split("\t")) == ledger.BEFORE_CAUSE
+    assert [r.cause for r in rows] == [None, None, None]  # all three have their metric
     further = rows[-1]
     assert git(project, "show", f"{further.commit}:train.py").count("LR = 0.01") == 1
     after = json.loads((folder / "state.json").read_text())

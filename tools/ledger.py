@@ -32,6 +32,7 @@ from autoresearch_skills.atomicfile import write_all_or_nothing, write_text_atom
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.clock import now_iso, parse_iso
 from autoresearch_skills.errors import BadInput, Refused, is_refusal, run_cli
+from autoresearch_skills.outcome import ROW_STATUSES, CrashCause, Mode, Status
 
 # The first 15 are NeMo-RL's auto-research schema, so its readers keep working.
 NEMO_RL_COLUMNS = (
@@ -54,9 +55,16 @@ EXTRA_COLUMNS = (
     "steps",         # training steps the run reported
     "throughput",    # throughput the run reported (tok/sec or the preset's key)
     "flags",         # warnings, separated by "; ": candidate, not comparable: steps 408 vs 682 ...
+    "cause",         # why a row has no metric, as data (outcome.CrashCause): exit_code, nan, stall ...
+    "reason",        # the same for people, or a person's reason (`ars exp mark`): never read by code
+    "mode",          # the mode a hybrid policy turned to with this row's proposal: diff, parameters
 )  # fmt: skip
 COLUMNS = (*BASE_COLUMNS, *EXTRA_COLUMNS)
-STATUSES = ("keep", "discard", "crash", "timeout", "cancelled")
+# The header of ledgers written before `cause`, `reason` and `mode`: read and appended to as they are.
+BEFORE_CAUSE = COLUMNS[: COLUMNS.index("cause")]
+HEADERS = (COLUMNS, BEFORE_CAUSE, BASE_COLUMNS, NEMO_RL_COLUMNS)
+STATUSES = tuple(s.value for s in ROW_STATUSES)
+CAUSES = tuple(c.value for c in CrashCause)
 KARPATHY_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
 
 _BLANK_LINE = re.compile(rb"\n[ \t\r\f\v]*(?=\n)")  # readers skip these; the lookahead counts runs
@@ -79,8 +87,8 @@ class Row:
     job_id: str = "none"
     command: str = ""
     log_path: str = ""
-    status: str = "crash"
-    description: str = ""
+    status: Status = Status.CRASH
+    description: str = ""  # the hypothesis as written; facts have columns of their own
     started_at: str = ""
     ended_at: str = ""
     rerun_of: str = ""
@@ -95,6 +103,31 @@ class Row:
     steps: str = ""
     throughput: str = ""
     flags: str = ""
+    cause: CrashCause | None = None  # set for a row without a metric
+    reason: str = ""
+    mode: str = ""
+
+    def __post_init__(self) -> None:
+        self._type()
+
+    def _type(self) -> None:
+        """`status` and `cause` as their enums when they hold one of their values (make_row refuses
+        the others with the row's place)."""
+        if self.status in STATUSES:
+            self.status = Status(self.status)
+        if self.cause in CAUSES:
+            self.cause = CrashCause(self.cause)
+        elif self.cause == "":
+            self.cause = None
+
+    def with_reason(self) -> str:
+        """The description and, when the row has one, its reason: `raise LR [crash: NaN loss at step 410]`."""
+        return f"{self.description} [{self.status}: {self.reason}]" if self.reason else self.description
+
+    def text(self) -> str:
+        """The row as people read it (and as older ledgers held the description): a rerun's starts
+        `rerun of #1: `, a row with a reason ends ` [status: reason]`."""
+        return f"rerun of #{self.rerun_of}: {self.with_reason()}" if self.rerun_of else self.with_reason()
 
     def number(self, name: str) -> float | None:
         """An optional numeric extra column as a float (None when empty or not a number)."""
@@ -104,16 +137,21 @@ class Row:
             return None
 
     def to_line(self, columns: tuple[str, ...] = COLUMNS) -> str:
+        """The row's line under `columns`; under a header without `reason` (an older ledger) the
+        description says what its missing columns would, as older releases wrote it (`text`)."""
         values = {
-            **{k: str(v) for k, v in asdict(self).items()},
+            **{k: str(v) for k, v in self.to_dict().items()},
             "metric_value": f"{self.metric_value:.6f}",
             "memory_gb": f"{self.memory_gb:.1f}",
             "elapsed_min": f"{self.elapsed_min:.2f}",
         }
+        if "reason" not in columns:
+            values["description"] = self.text()
         return "\t".join(escape(values[c]) for c in columns) + "\n"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The columns as JSON values: numbers as numbers, status and cause as their text."""
+        return {**asdict(self), "status": str(self.status), "cause": str(self.cause or "")}
 
 
 class LedgerError(BadInput):
@@ -162,6 +200,8 @@ def make_row(values: dict, where: str = "row") -> Row:
         setattr(row, name, number)
     if row.status not in STATUSES:
         raise LedgerError(f"{where}: status {row.status!r} is not one of {', '.join(STATUSES)}")
+    if row.cause not in (None, "", *CAUSES):
+        raise LedgerError(f"{where}: cause {row.cause!r} is not one of {', '.join(CAUSES)}")
     for name in ("started_at", "ended_at"):
         stamp = getattr(row, name)
         if stamp:
@@ -172,13 +212,74 @@ def make_row(values: dict, where: str = "row") -> Row:
     for f in fields(Row):
         if f.type == "str":
             setattr(row, f.name, str(getattr(row, f.name)))
+    row._type()
     row.job_id = row.job_id or "none"
     return row
 
 
+# How rows written before the `cause`, `reason` and `mode` columns said them in the description
+# (`rerun of #1: LR 0.02 [crash: exit code 1; ValueError: ...]`, `[hybrid: diffs after 4 runs ...]`),
+# and the causes their reasons' opening words name. Read by `read_older_row` alone.
+_OLDER_MODES = (("[hybrid: diffs after ", Mode.DIFF), ("[hybrid: parameters again after ", Mode.PARAMETERS))
+_OLDER_CAUSES = (
+    ("the campaign deadline came", CrashCause.DEADLINE),
+    ("stop condition met before", CrashCause.STOP_RULE),
+    ("runner died", CrashCause.RUNNER_DIED),
+    ("no first step in", CrashCause.FIRST_STEP_TIMEOUT),
+    ("no output for", CrashCause.STALL),
+    ("stop (", CrashCause.PRUNED),
+    ("NaN ", CrashCause.NAN),
+    ("inf ", CrashCause.NAN),
+    ("CUDA out of memory", CrashCause.OOM),
+    ("NCCL error", CrashCause.NCCL),
+    ("CUDA error", CrashCause.CUDA_ERROR),
+    ("a process was killed", CrashCause.KILLED),
+    ("a process crashed in native code", CrashCause.NATIVE_CRASH),
+    ("disk full", CrashCause.DISK_FULL),
+    ("tmux session ", CrashCause.LOST_SESSION),
+    ("no ", CrashCause.METRIC_MISSING),
+    ("interrupted", CrashCause.CANCELLED),
+    ("cancelled", CrashCause.CANCELLED),
+)
+
+
+def read_older_row(row: Row) -> Row:
+    """A row as this release writes it, from a row an older release wrote (or one appended to a
+    ledger that keeps an older header): the reason, the hybrid mode and the rerun it said in its
+    description are read out, and the cause is derived from that reason. The one place that reads
+    a description; each column is derived only where it is empty."""
+    text = row.description
+    if row.rerun_of and text.startswith(f"rerun of #{row.rerun_of}: "):
+        text = text[len(f"rerun of #{row.rerun_of}: ") :]
+    said = f" [{row.status}: "  # the first one: a reason may quote a log line with brackets
+    if not row.reason and said in text and text.endswith("]"):
+        text, row.reason = text[: text.index(said)], text[text.index(said) + len(said) : -1]
+    row.description = text
+    if not row.mode and not row.rerun_of and not row.retry_of:  # a switch is a new proposal's
+        row.mode = next((str(mode) for note, mode in _OLDER_MODES if text.startswith(note)), "")
+    if row.cause is None and not row.status.is_finished():
+        row.cause = _older_cause(row.status, row.reason)
+    return row
+
+
+def _older_cause(status: Status, reason: str) -> CrashCause | None:
+    if status is Status.TIMEOUT:
+        return CrashCause.TIMEOUT
+    if reason.startswith("exit code "):
+        return CrashCause.DISK_FULL if "the log could not be written" in reason else CrashCause.EXIT_CODE
+    if " diverged: " in reason:
+        return CrashCause.DIVERGENCE
+    if "(no output for " in reason:  # an exception followed by silence
+        return CrashCause.TRACEBACK
+    found = next((cause for opening, cause in _OLDER_CAUSES if reason.startswith(opening)), None)
+    if found is None and status is Status.CANCELLED:
+        return CrashCause.CANCELLED  # stopped on purpose, in a person's own words
+    return found
+
+
 def _header_columns(line: str, path: Path) -> tuple[str, ...]:
     header = tuple(line.rstrip("\r\n").split("\t"))
-    if header in (COLUMNS, BASE_COLUMNS, NEMO_RL_COLUMNS):
+    if header in HEADERS:
         return header
     raise LedgerError(
         f"{path} line 1 is not a ledger header (expected: {' '.join(COLUMNS)}); "
@@ -192,7 +293,9 @@ def _parse_line(line: str, columns: tuple[str, ...], path: Path, lineno: int) ->
         raise LedgerError(
             f"{path} line {lineno} has {len(parts)} fields, expected {len(columns)}: fix or remove the line"
         )
-    return make_row({c: unescape(p) for c, p in zip(columns, parts)}, where=f"{path} line {lineno}")
+    return read_older_row(
+        make_row({c: unescape(p) for c, p in zip(columns, parts)}, where=f"{path} line {lineno}")
+    )
 
 
 def read(path: str | Path) -> list[Row]:
@@ -353,20 +456,21 @@ def export(rows: list[Row], fmt: str) -> str:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(COLUMNS)
         for r in rows:
-            writer.writerow([getattr(r, c) for c in COLUMNS])
+            values = r.to_dict()
+            writer.writerow([values[c] for c in COLUMNS])
         return buffer.getvalue()
     if fmt == "karpathy":  # autoresearch's results.tsv: commit val_bpb memory_gb status description
         lines = ["\t".join(KARPATHY_COLUMNS)]
         for r in rows:
-            status = r.status if r.status in ("keep", "discard") else "crash"
+            status = r.status if r.status.is_finished() else Status.CRASH
             lines.append(
                 "\t".join(
                     [
                         r.commit[:7],
                         f"{r.metric_value:.6f}",
                         f"{r.memory_gb:.1f}",
-                        status,
-                        escape(r.description),
+                        str(status),
+                        escape(r.text()),
                     ]
                 )
             )
@@ -408,7 +512,7 @@ def init_cmd(path: Path) -> None:
 def _append_options(func):
     for column in reversed(COLUMNS):
         option = "--" + column.replace("_", "-")
-        kind = click.Choice(STATUSES) if column == "status" else str
+        kind = {"status": click.Choice(STATUSES), "cause": click.Choice(CAUSES)}.get(column, str)
         func = click.option(option, column, type=kind, default=None, help=f"the `{column}` field")(func)
     return func
 
@@ -466,17 +570,17 @@ def show_cmd(path: Path, statuses: tuple[str, ...], as_json: bool) -> None:
         return
     table = [("index", "status", "metric", "elapsed", "branch", "description")]
     for r in rows:
-        metric = f"{r.metric_value:.6f}" if r.status in ("keep", "discard") else "-"
+        metric = f"{r.metric_value:.6f}" if r.status.is_finished() else "-"
         # escaped, so a tab or newline inside a field cannot break the one-row-per-line table
         note = f"  (! {escape(r.flags)})" if r.flags else ""  # not comparable, candidate ...
         table.append(
             (
                 str(r.index),
-                r.status,
+                str(r.status),
                 metric,
                 f"{r.elapsed_min:.1f}m",
                 escape(r.branch),
-                escape(r.description) + note,
+                escape(r.text()) + note,
             )
         )
     widths = [max(len(line[i]) for line in table) for i in range(5)]

@@ -212,7 +212,7 @@ def finished_curves(
 
     curves = []
     for row in ledger.read(ledger_path):
-        if row.status not in ("keep", "discard") or not row.log_path:
+        if not row.status.is_finished() or not row.log_path:
             continue
         log = Path(row.log_path)
         if not log.is_file() or log.resolve() == exclude.resolve():

@@ -34,15 +34,17 @@ import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign import noise
+from autoresearch_skills.campaign.experiment import PREDICTED_CHANGE
 from autoresearch_skills.clock import parse_iso
 from autoresearch_skills.errors import Refused, is_refusal, run_cli
+from autoresearch_skills.outcome import Status
 
 COLOURS = {
-    "keep": "#2e9d48",
-    "discard": "#9a9a9a",
-    "crash": "#d0312d",
-    "timeout": "#8e2c7a",
-    "cancelled": "#e08a1e",
+    Status.KEEP: "#2e9d48",
+    Status.DISCARD: "#9a9a9a",
+    Status.CRASH: "#d0312d",
+    Status.TIMEOUT: "#8e2c7a",
+    Status.CANCELLED: "#e08a1e",
 }
 
 
@@ -50,11 +52,11 @@ IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
 CELL_BORDER = re.compile(r"(?<!\\)\|")  # a `|` that is not escaped as `\|` inside a cell
 LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([\w./-]+)\)")  # a file beside the report; no scheme, no quotes
 CHROME_COLOURS = {  # trace viewer's reserved colour names (chrome://tracing; Perfetto picks its own)
-    "keep": "good",
-    "discard": "grey",
-    "crash": "terrible",
-    "timeout": "bad",
-    "cancelled": "yellow",
+    Status.KEEP: "good",
+    Status.DISCARD: "grey",
+    Status.CRASH: "terrible",
+    Status.TIMEOUT: "bad",
+    Status.CANCELLED: "yellow",
 }
 
 
@@ -67,7 +69,7 @@ class Attempt:
 
 
 def has_metric(row) -> bool:
-    return row.status in ("keep", "discard")
+    return row.status.is_finished()
 
 
 def attempts(rows: list) -> list[Attempt]:
@@ -99,8 +101,7 @@ def diagnose(row) -> str:
             return f"{found[0].summary()}: {found[0].diagnosis} Fix: {found[0].fix}"
     except OSError:
         pass  # the log is gone; the ledger's reason still says what happened
-    reason = row.description.rsplit("[", 1)[-1].rstrip("]") if "[" in row.description else row.status
-    return reason
+    return f"{row.status}: {row.reason}" if row.reason else str(row.status)
 
 
 @dataclass
@@ -233,17 +234,14 @@ class Prediction:
         return _sign(self.predicted) == _sign(self.observed)
 
 
-PREDICTION = re.compile(r"\s*(?:\S+\s+)?([+-]?\d+(?:\.\d+)?(?:e-?\d+)?)(%?)\s*")
-
-
 def predictions(rows: list) -> list[Prediction]:
     out = []
     for a in attempts(rows):
         r, parent = a.row, a.parent
         if not r.prediction:
             continue
-        found = PREDICTION.fullmatch(r.prediction)
-        predicted, percent = (float(found[1]), bool(found[2])) if found else (None, False)
+        found = PREDICTED_CHANGE.search(r.prediction)  # "val loss -0.01": the change at its end
+        predicted, percent = (float(found["number"]), bool(found["percent"])) if found else (None, False)
         observed, why = None, ""
         if not has_metric(r):
             why = r.status
@@ -284,13 +282,15 @@ def progress_chart(rows: list, metric: str, direction: str, path: Path, title: s
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     pad = (high - low) * 0.08 or 0.05
     worst_edge = high + pad if direction == "min" else low - pad
-    for status in ("discard", "keep", "crash", "timeout", "cancelled"):
+    for status in (Status.DISCARD, Status.KEEP, Status.CRASH, Status.TIMEOUT, Status.CANCELLED):
         group = [r for r in shown if r.status == status]
         if not group:
             continue
         ys = [r.metric_value if has_metric(r) else worst_edge for r in group]
         marker = "o" if has_metric(group[0]) else "x"
-        ax.scatter([x(r) for r in group], ys, c=COLOURS[status], marker=marker, s=46, label=status, zorder=3)
+        ax.scatter(
+            [x(r) for r in group], ys, c=COLOURS[status], marker=marker, s=46, label=str(status), zorder=3
+        )
     pooled = [g for g in st.groups.values() if g.n > 1]
     if pooled:
         ax.scatter([g.key for g in pooled], [g.mean for g in pooled], c="#222222", marker="_", s=260,
@@ -304,7 +304,7 @@ def progress_chart(rows: list, metric: str, direction: str, path: Path, title: s
             xs.append(nxt)
             ys.append(g.mean)
         label = "best so far (mean of its runs)" if pooled else "best so far"
-        ax.plot(xs, ys, color=COLOURS["keep"], linewidth=1.6, alpha=0.8, label=label, zorder=2)
+        ax.plot(xs, ys, color=COLOURS[Status.KEEP], linewidth=1.6, alpha=0.8, label=label, zorder=2)
         for g in st.chain:
             ax.annotate(
                 Path(st.first_row(g).branch).name,
@@ -399,12 +399,12 @@ def timeline_chart(rows: list, path: Path, title: str) -> Path:
                 ha="center",
                 va="center",
                 fontsize=7,
-                color="white" if s.row.status != "discard" else "black",
+                color="white" if s.row.status != Status.DISCARD else "black",
             )
         ax.set_xlabel(f"{unit} since the first run started ({origin.isoformat(timespec='seconds')})")
         present = [st for st in COLOURS if any(s.row.status == st for s in timed)]
         ax.legend(
-            handles=[Patch(color=COLOURS[st], label=st) for st in present],
+            handles=[Patch(color=COLOURS[st], label=str(st)) for st in present],
             fontsize=8,
             loc="upper left",
             bbox_to_anchor=(1.0, 1.0),
@@ -624,7 +624,7 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
 
 def attempt_table(found: list[Attempt], metric: str, with_notes: bool) -> list[str]:
     """One line per row. `notes`: reruns, retries and the row's flags (candidate, not comparable);
-    a rerun's description loses its "rerun of #N: " (the notes say it)."""
+    the description with its reason (`Row.with_reason`: a rerun's says `rerun of #N` in the notes)."""
     head = [
         "#",
         "status",
@@ -645,7 +645,7 @@ def attempt_table(found: list[Attempt], metric: str, with_notes: bool) -> list[s
             _fmt(a.delta, signed=True),
             f"{r.elapsed_min:.1f}m",
             *([_cell(notes(r))] * with_notes),
-            _cell(r.description.removeprefix(f"rerun of #{r.rerun_of}: ") if r.rerun_of else r.description),
+            _cell(r.with_reason()),
             f"`{r.branch}`",
         ]
         lines.append("| " + " | ".join(cells) + " |")

@@ -4,8 +4,8 @@ The contract: the engine builds a `WatchPolicy` once from campaign.yaml (`watch:
 a `RunWatcher` per run, and calls `watcher.poll(time.monotonic())` every second or two while the
 run is going. `poll` returns None (carry on) or a `Condemnation`:
 
-    action "cancel"  stop the run now and write its row with `status` and `reason`
-    action "warn"    record `reason` (the run's events, its row's description); let it run
+    action "cancel"  stop the run now and write its row with `status`, `cause` and `reason`
+    action "warn"    record `reason` (the run's events, its row's flags); let it run
 
     status crash      the run failed: NaN/inf, divergence, CUDA OOM, NCCL, CUDA error, an exception
                       followed by silence
@@ -27,17 +27,21 @@ without one unless `watch: {first_step: REGEX}` names it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from autoresearch_skills.anomalies import CATALOGUE, WATCH_DEFAULTS, LogScanner, diverged
 from autoresearch_skills.clock import format_duration, parse_duration
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.outcome import CrashCause, Status
+from autoresearch_skills.sources.reading import MetricSource, as_source
 
 ACTIONS = ("cancel", "warn", "ignore")
 PRUNE_RULES = ("off", "median", "forecast", "both")
@@ -60,7 +64,27 @@ DEFAULT_ACTIONS: dict[str, str] = {
     "native_crash": "warn",  # likewise a segfaulting worker
     "disk_full": "warn",  # fatal when a checkpoint save raises, which the traceback rule catches
 }
-STATUS: dict[str, str] = {"stall": "cancelled", "first_step_timeout": "cancelled", "prune": "cancelled"}
+# The row a cancel writes: cancelled when we chose to stop a run that might have gone on, else crash;
+# its cause names the kind, whatever the reason's words (one for each kind a run can be stopped on).
+STATUS: dict[str, Status] = {
+    "stall": Status.CANCELLED,
+    "first_step_timeout": Status.CANCELLED,
+    "prune": Status.CANCELLED,
+}
+CAUSES: dict[str, CrashCause] = {
+    "nan_loss": CrashCause.NAN,
+    "divergence": CrashCause.DIVERGENCE,
+    "cuda_oom": CrashCause.OOM,
+    "nccl": CrashCause.NCCL,
+    "cuda_error": CrashCause.CUDA_ERROR,
+    "traceback": CrashCause.TRACEBACK,
+    "stall": CrashCause.STALL,
+    "first_step_timeout": CrashCause.FIRST_STEP_TIMEOUT,
+    "killed": CrashCause.KILLED,
+    "native_crash": CrashCause.NATIVE_CRASH,
+    "disk_full": CrashCause.DISK_FULL,
+    "prune": CrashCause.PRUNED,
+}
 PRUNE_EVERY = 5.0  # seconds between pruning judgements (each is cheap; the curve changes slowly)
 ROWS_EVERY = 30.0  # seconds between asks for the ledger's finished runs
 CURVE_SAVE_EVERY = 10.0  # seconds between writes of <log>.curve.json
@@ -70,16 +94,6 @@ FIRST_STEP_PATTERNS = {
     "nemo-rl": r"={3,}\s*Step\s+\d+",
     "verl": r"\bstep:\d+\s+-",
 }
-SETTING_KEYS = (
-    "stall_after",
-    "first_step",
-    "first_step_timeout",
-    "traceback_grace",
-    "curve",
-    "final_step",
-    "min_runs",
-    "axis",
-)
 AXES = ("step", "time")
 # Presets of time-budgeted targets: runs of different settings take different numbers of steps in
 # the same time, so they are compared at the same elapsed time, not the same step.
@@ -90,10 +104,69 @@ _OFF = ("off", "none", "false", "no", "0")
 @dataclass(frozen=True)
 class Condemnation:
     action: str  # "cancel" | "warn"
-    status: str  # "crash" | "cancelled": the row's status when the action is cancel
-    reason: str  # one line for the row: "NaN loss at step 410", "no output for 15m"
+    status: Status  # crash or cancelled: the row's status when the action is cancel
+    cause: CrashCause  # the row's cause when the action is cancel (`CAUSES`)
+    reason: str  # one line for people: "NaN loss at step 410", "no output for 15m"
     line: str = ""  # the log line or rule verdict that shows it
     kind: str = ""  # the catalogue kind, or "prune"
+
+
+@dataclass
+class WatchSettings:
+    """campaign.yaml's `watch:`, typed: an action for each anomaly kind it names, and the watcher's
+    settings. A field left None takes WatchPolicy's default (anomalies.WATCH_DEFAULTS, the preset's
+    first-step line and axis), so no default is written here."""
+
+    # fmt: off
+    actions: dict[str, str] = field(default_factory=dict)  # anomaly kind -> cancel, warn or ignore
+    stall_after: float | str | None = None                 # a duration, or off
+    first_step: str | None = None                          # the first step's line (a regex), auto or off
+    first_step_timeout: float | str | None = None          # a duration
+    traceback_grace: float | str | None = None             # a duration
+    curve: str | None = None                               # the series watched (None: the metric)
+    final_step: float | None = None                        # forecast: the step runs end at
+    min_runs: int | None = None                            # median: finished runs that reached the step
+    axis: str | None = None                                # step or time
+    # fmt: on
+
+    @classmethod
+    def from_mapping(cls, watch: Mapping[str, Any] | None) -> WatchSettings:
+        """The section a `watch:` mapping describes; BadInput, one line, for anything `validate_watch`
+        refuses. A key written with nothing after it takes its default."""
+        validate_watch(None if watch is None else dict(watch), None)
+        settings = cls()
+        for key, value in (watch or {}).items():
+            if value is None:
+                continue
+            if not _is_setting(key, value):
+                settings.actions[key] = str(value).strip().lower()
+            elif key in ("stall_after", "first_step") and value is False:
+                setattr(settings, key, "off")  # YAML 1.1 reads a bare `off` as false
+            elif key in ("first_step", "curve", "axis"):
+                setattr(settings, key, str(value))
+            elif key in ("final_step", "min_runs"):
+                setattr(settings, key, float(value) if key == "final_step" else int(value))
+            else:
+                setattr(settings, key, value)  # a duration as written: 15m or 900
+        return settings
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The `watch:` mapping: the actions, then each setting given."""
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)[1:]}
+        return {**self.actions, **{key: value for key, value in given.items() if value is not None}}
+
+    def updated(self, own: Mapping[str, Any]) -> WatchSettings:
+        """These settings with `own`'s over them (an experiment's own: a blueprint's first-step line)."""
+        over = WatchSettings.from_mapping(own)
+        given = {f.name: getattr(over, f.name) for f in dataclasses.fields(over)[1:]}
+        return dataclasses.replace(
+            self,
+            actions={**self.actions, **over.actions},
+            **{key: value for key, value in given.items() if value is not None},
+        )
+
+
+SETTING_KEYS = tuple(f.name for f in dataclasses.fields(WatchSettings) if f.name != "actions")
 
 
 @dataclass
@@ -112,43 +185,40 @@ class WatchPolicy:
     @classmethod
     def from_settings(
         cls,
-        watch: dict | None,
+        watch: WatchSettings | Mapping[str, Any] | None,
         prune: str | bool | None,
         first_step_timeout: float | str | None = None,
         *,
         preset: str | None = None,
     ) -> WatchPolicy:
-        """From campaign.yaml's `watch:` mapping and `prune:` value (None: the defaults). A
-        `first_step_timeout` given here (the campaign's own setting) wins over the default but not
-        over `watch: {first_step_timeout: ..}`. `preset` picks the default first-step line.
-        Raises BadInput, one line, for anything `validate_watch` refuses."""
-        validate_watch(watch, prune)
-        watch = dict(watch or {})
+        """From campaign.yaml's `watch:` (typed, or its mapping) and `prune:` value (None: the
+        defaults). A `first_step_timeout` given here (the campaign's own setting) wins over the
+        default but not over `watch: {first_step_timeout: ..}`. `preset` picks the default
+        first-step line. Raises BadInput, one line, for anything `validate_watch` refuses."""
+        if not isinstance(watch, WatchSettings):
+            watch = WatchSettings.from_mapping(watch)
         policy = cls(prune=_prune_rule(prune))
-        for kind, action in watch.items():
-            if kind in CATALOGUE and not _is_setting(kind, action):
-                policy.actions[kind] = str(action).strip().lower()
-        if "stall_after" in watch:
-            policy.stall_after = _duration_or_off(watch["stall_after"], "watch stall_after")
+        policy.actions.update(watch.actions)
+        if watch.stall_after is not None:
+            policy.stall_after = _duration_or_off(watch.stall_after, "watch stall_after")
         if first_step_timeout is not None:
             policy.first_step_timeout = _duration(first_step_timeout, "first_step_timeout")
-        if _is_setting("first_step_timeout", watch.get("first_step_timeout")):
-            policy.first_step_timeout = _duration(watch["first_step_timeout"], "watch first_step_timeout")
-        if "first_step" in watch:
-            text = str(watch["first_step"])
-            policy.first_step = None if text.strip().lower() in _OFF else text
+        if watch.first_step_timeout is not None:
+            policy.first_step_timeout = _duration(watch.first_step_timeout, "watch first_step_timeout")
+        if watch.first_step is not None:
+            policy.first_step = None if watch.first_step.strip().lower() in _OFF else watch.first_step
         elif preset is not None:
             policy.first_step = FIRST_STEP_PATTERNS.get(_preset_name(preset))
-        if "traceback_grace" in watch:
-            policy.traceback_grace = _duration(watch["traceback_grace"], "watch traceback_grace")
-        if watch.get("curve"):
-            policy.curve = str(watch["curve"])
-        if watch.get("final_step") is not None:
-            policy.final_step = float(watch["final_step"])
-        if watch.get("min_runs") is not None:
-            policy.min_runs = int(watch["min_runs"])
-        if watch.get("axis"):
-            policy.axis = str(watch["axis"])
+        if watch.traceback_grace is not None:
+            policy.traceback_grace = _duration(watch.traceback_grace, "watch traceback_grace")
+        if watch.curve:
+            policy.curve = watch.curve
+        if watch.final_step is not None:
+            policy.final_step = watch.final_step
+        if watch.min_runs is not None:
+            policy.min_runs = watch.min_runs
+        if watch.axis:
+            policy.axis = watch.axis
         elif preset is not None and _preset_name(preset) in TIME_AXIS_PRESETS:
             policy.axis = "time"
         return policy
@@ -266,7 +336,7 @@ class RunWatcher:
         metric: str,
         direction: str,
         preset: str,
-        source: dict | None,
+        source: MetricSource | Mapping[str, Any] | None,
         rows_provider: Callable[[], list] | None,
         started_monotonic: float,
         *,
@@ -283,13 +353,13 @@ class RunWatcher:
         self.log_path = Path(log_path)
         self.policy = policy
         self.metric, self.direction, self.preset = metric, direction, preset
-        self.source = source
+        self.source = as_source(source)
         self.rows_provider = rows_provider
         self.started = started_monotonic
-        self.curve_name = policy.curve or default_curve(metric, preset, source)
+        self.curve_name = policy.curve or default_curve(metric, preset, self.source)
         self.curve_direction = direction if self.curve_name == metric else guess_direction(self.curve_name)
         self.follower = follow(
-            with_key(source, self.curve_name),
+            with_key(self.source, self.curve_name),
             workdir=Path(workdir) if workdir is not None else self.log_path.parent,
             log_path=self.log_path,
             metric=self.curve_name,
@@ -387,12 +457,12 @@ class RunWatcher:
         action = "cancel" if kind == "prune" else self.policy.actions.get(kind, "warn")
         if action == "ignore":
             return
-        status = STATUS.get(kind, "crash")
+        status = STATUS.get(kind, Status.CRASH)
         if action == "warn":
             if kind in self._warned:
                 return
             self._warned.add(kind)
-        self._queue.append(Condemnation(action, status, reason, line[:300], kind))
+        self._queue.append(Condemnation(action, status, CAUSES[kind], reason, line[:300], kind))
 
     def _next(self) -> Condemnation | None:
         if not self._queue:
@@ -456,7 +526,11 @@ class RunWatcher:
             if self.policy.actions.get("traceback") != "ignore" and "traceback" not in self._warned:
                 self._warned.add("traceback")
                 reason = f"exception printed, run goes on: {self._traceback_text}"
-                self._queue.append(Condemnation("warn", "crash", reason, self._traceback_text, "traceback"))
+                self._queue.append(
+                    Condemnation(
+                        "warn", Status.CRASH, CrashCause.TRACEBACK, reason, self._traceback_text, "traceback"
+                    )
+                )
             return
         if now - self._traceback_at >= self.policy.traceback_grace:
             quiet = format_duration(now - self._traceback_at)
@@ -545,7 +619,7 @@ class RunWatcher:
                 self._rows = self._rows or []
             for row in self._rows:
                 log = getattr(row, "log_path", "")
-                if getattr(row, "status", "") not in ("keep", "discard") or not log or log in self._finished:
+                if not Status(row.status).is_finished() or not log or log in self._finished:
                     continue
                 if Path(log).resolve() == self.log_path.resolve():
                     continue
@@ -556,14 +630,14 @@ class RunWatcher:
         saved = load_curve(log, self.curve_name, self.policy.axis)
         if saved is not None:
             return saved
-        if self.policy.axis != "step" or self.source and self.source.get("kind", "log") != "log":
+        if self.policy.axis != "step" or self.source.kind != "log":
             return []  # a log holds steps, not the times its lines were written
         if not log.is_file():
             return []
         from autoresearch_skills import prune
 
         try:
-            return prune.read_curve(log, self.preset, self.curve_name, (self.source or {}).get("pattern"))
+            return prune.read_curve(log, self.preset, self.curve_name, self.source.pattern)
         except (BadInput, OSError):
             return []
 
@@ -603,25 +677,24 @@ def _increasing(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def default_curve(metric: str, preset: str, source: dict | None) -> str:
+def default_curve(metric: str, preset: str, source: MetricSource | None) -> str:
     """The series to watch: the metric itself, except under the karpathy preset, whose val_bpb is
     printed once at the end: its step lines' `loss` is watched instead."""
-    kind = (source or {}).get("kind", "log")
-    chosen = (source or {}).get("preset") or preset
-    plain_log = kind == "log" and not (source or {}).get("pattern") and _known_preset(chosen)
+    source = source or MetricSource()
+    chosen = source.preset or preset
+    plain_log = source.kind == "log" and not source.pattern and _known_preset(chosen)
     if plain_log and _preset_name(chosen) == "karpathy" and metric == "val_bpb":
         return "loss"
     return metric
 
 
-def with_key(source: dict | None, name: str) -> dict | None:
+def with_key(source: MetricSource | None, name: str) -> MetricSource:
     """`source` reading `name` instead of the metric it names."""
-    if source is None:
-        return {"kind": "log", "key": name}
-    field_name = {"tensorboard": "tag", "mlflow": "name"}.get(source.get("kind", "log"), "key")
-    if source.get("kind", "log") == "log" and source.get("pattern"):
-        return dict(source)  # a pattern reads one value, whatever it is called
-    return {**source, field_name: name}
+    source = source or MetricSource()
+    if source.kind == "log" and source.pattern:
+        return source  # a pattern reads one value, whatever it is called
+    field_name = {"tensorboard": "tag", "mlflow": "name"}.get(source.kind, "key")
+    return dataclasses.replace(source, **{field_name: name})
 
 
 def _known_preset(preset: str | None) -> bool:

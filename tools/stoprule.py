@@ -56,11 +56,12 @@ from autoresearch_skills.clock import (
     parse_iso,
 )
 from autoresearch_skills.errors import BadInput, run_cli
+from autoresearch_skills.outcome import Status
 
 DEFAULT_MAX_EXPERIMENTS = 4  # baseline + 3 low-risk experiments, then stop and ask
 DEFAULT_FAILURE_WINDOW = 10
 OVERNIGHT_UNTIL = "08:00"  # "overnight" without a time: until 8 in the morning, local time
-FAILED = ("crash", "timeout")
+FAILED = tuple(s for s in Status if s.is_failure())  # what `max_failure_rate` counts: crash, timeout
 OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq}
 _WORD_OPERATORS = {"below": "<", "under": "<", "above": ">", "over": ">", "at most": "<=", "at least": ">="}
 # Rules that end a campaign; "no limit" allows none of them (a per-run timeout is not one).
@@ -398,7 +399,7 @@ def _settled(rules: StopRules, source: str) -> StopRules:
 # ---------------------------------------------------------------- YAML / mapping form
 
 
-def from_mapping(data: dict, source: str = "rules") -> StopRules:
+def from_mapping(data: dict | str | None, source: str = "rules") -> StopRules:
     """The YAML form: keys of StopRules (durations as "10h" or seconds), or `text:`, maybe under `stop:`.
     Reads `StopRules.to_dict()` back to equal rules."""
     if isinstance(data, dict) and "stop" in data:

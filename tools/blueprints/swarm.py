@@ -59,7 +59,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autoresearch_skills import gitflow
+from autoresearch_skills import gitflow, outcome
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.blueprints.checking import check_all, validation_file
 from autoresearch_skills.blueprints.reading import (
@@ -893,35 +893,27 @@ def _run_cwd(log: str) -> str | None:
 
 
 def _ending(row, first_step_pattern: str) -> _Ending:
-    """The verdict of a finished attempt: its run file's state and exit code, its row's status and
-    reason. `ok` needs exit 0 and a first step in the log: a launcher that printed its usage and
-    exited 0 trained nothing."""
+    """The verdict of a finished attempt, from data alone: its run file's state and exit code, its
+    row's status and cause (its reason is only shown). `ok` needs exit 0 and a first step in the
+    log: a launcher that printed its usage and exited 0 trained nothing."""
     try:
         run = Run.load(state_path_for(row.log_path))
         state, code, cwd = run.state, run.exit_code, run.cwd
     except (OSError, ValueError, TypeError):
         state, code, cwd = None, None, None
-    reason = (
-        row.description.rsplit(" [", 1)[1].rstrip("]")
-        if row.description.endswith("]") and " [" in row.description
-        else ""
-    )
-    reason = reason.split(": ", 1)[1] if reason.startswith(f"{row.status}: ") else reason
-    if code is None and (found := re.search(r"exit code (-?\d+)", reason)):
-        code = int(found.group(1))
-    reason = re.sub(r"^exit code -?\d+;?\s*", "", reason)  # the end line shows the exit status itself
-    exited_ok = (state == "exited" and code == 0) or (state is None and row.status in ("keep", "discard"))
+    reason = row.reason
+    exited_ok = (state == "exited" and code == 0) or (state is None and row.status.is_finished())
     if exited_ok and _printed(row.log_path, first_step_pattern):
         verdict, reason = "ok", ""
     elif exited_ok:
         verdict, reason = "failed", f"exited 0 without a `{first_step_pattern}` line: nothing was trained"
-    elif row.status == "timeout":
+    elif row.status is outcome.Status.TIMEOUT:
         verdict = "timeout"
-    elif "first step" in reason.lower():
+    elif row.cause is outcome.CrashCause.FIRST_STEP_TIMEOUT:
         verdict = "first_step_timeout"
-    elif row.status == "cancelled":
+    elif row.status is outcome.Status.CANCELLED:
         verdict = "cancelled"
-    elif state == "lost" or "runner died" in reason:
+    elif state == "lost" or row.cause in (outcome.CrashCause.RUNNER_DIED, outcome.CrashCause.LOST):
         verdict = "lost"
     else:
         verdict = "failed"

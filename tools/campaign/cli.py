@@ -4,7 +4,9 @@ campaign folder lives in `store`, the loop in `loop` (imported inside the comman
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,7 +29,7 @@ def cli() -> None:
     """
 
 
-def _declared_options(command: click.Command) -> click.Command:
+def _declared_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """One option per setting a command line can hold, built from settings.SETTINGS: its spelling
     (`gpus_per_run` -> `--gpus-per-run`), type, default and help."""
     for key in reversed([k for k in SETTINGS.values() if k.options]):
@@ -45,7 +47,8 @@ def _click_form(key: Key) -> tuple[tuple[str, ...], dict]:
     if kind.form == "choice":
         return key.options, {"type": click.Choice(kind.choices()), **shown}
     if kind.form == "integer":
-        return key.options, {"type": click.IntRange(min=kind.minimum), **shown}
+        minimum = None if kind.minimum is None else int(kind.minimum)
+        return key.options, {"type": click.IntRange(min=minimum), **shown}
     if kind.form == "number":
         return key.options, {"type": click.FloatRange(min=kind.minimum, min_open=kind.open_minimum), **shown}
     if kind.form == "paths":

@@ -9,9 +9,10 @@ Contract:
                                 anything (`ars campaign validate FILE`); [] when there are none
 
 A typo in a key must never be silently ignored: a campaign that runs for a night with the default
-launcher because `launchr: tmux` was misspelt wastes the night. The keys, their checks and
-defaults are declared once, in campaign/settings.py, which also names unknown keys (`check_keys`,
-`key_problems`: the campaign folder's loader needs them, below this module).
+launcher because `launchr: tmux` was misspelt wastes the night. The keys and their checks are
+declared once, in campaign/settings.py (their types and defaults in its dataclasses), which also names
+unknown keys (`check_keys`, `key_problems`: the campaign folder's loader needs them, below this
+module). A section is read into its type (`PolicySettings`) only once its keys and values pass.
 
 Limits: the checks read the repository as it is now. A `patch:` proposal is checked for the files it
 touches, not for whether it applies (with `parent: best` it applies to whatever is best by then), and
@@ -29,8 +30,16 @@ from pathlib import Path
 from autoresearch_skills import commandline, gitflow, knobs, worktreeinclude
 from autoresearch_skills.campaign import llm
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
+from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.pool import parse_devices
-from autoresearch_skills.campaign.proposals import CommandPolicy, Rejected, apply_set, knob_files, make_policy
+from autoresearch_skills.campaign.proposals import (
+    CommandPolicy,
+    Rejected,
+    StaticPolicy,
+    apply_set,
+    knob_files,
+    make_policy,
+)
 from autoresearch_skills.campaign.settings import POLICY, SECTIONS, SETTINGS, Key, check_keys, key_problems
 from autoresearch_skills.errors import BadInput
 
@@ -233,16 +242,18 @@ def _committed(repo: Path, path: str) -> bool:
 
 
 def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> None:
-
     config = data.get("policy")
     if not isinstance(config, dict) or not POLICY["kind"].kind.test(config.get("kind")):
         return  # reported as a missing key or a type problem
-    result.checked.append(f"policy {config['kind']}")
-    if config["kind"] in llm.KINDS:
-        _check_llm_policy(data, config, repo, where, result)
+    if _wrong(config, POLICY, where, "policy."):
+        return  # reported as type problems; what follows reads the values as their types
+    settings = PolicySettings.from_mapping(config)
+    result.checked.append(f"policy {settings.kind}")
+    if settings.kind in llm.KINDS:
+        _check_llm_policy(data, settings, "program" in config, repo, where, result)
         return
     try:
-        policy = make_policy(config, set())
+        policy = make_policy(settings, set())
     except BadInput as err:
         result.problems.append(f"{where}: policy: {err.message}")
         return
@@ -251,16 +262,18 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
     mutable = [p for p, label in named if label.startswith("policy.")] or [p for p, _ in named]
     frozen = [p for p, _ in _listed(data, "frozen")]
     if isinstance(policy, CommandPolicy):
-        if not POLICY["command"].kind.test(config.get("command")):
+        if settings.command is None:
             result.problems.append(
                 f"{where}: policy kind `command` needs `policy.command` (the proposer to run)"
             )
         else:
-            _check_command(config["command"], repo, f"{where}: policy.command", result)
-        if isinstance(config.get("program"), str):
-            result.checked.append(f"policy.program {config['program']}")
-            if not (repo / config["program"]).is_file():
-                result.problems.append(f"{where}: `policy.program` names {config['program']}, which does not exist in {repo}")  # fmt: skip
+            _check_command(settings.command, repo, f"{where}: policy.command", result)
+        if "program" in config:
+            result.checked.append(f"policy.program {settings.program}")
+            if not (repo / settings.program).is_file():
+                result.problems.append(f"{where}: `policy.program` names {settings.program}, which does not exist in {repo}")  # fmt: skip
+        return
+    if not isinstance(policy, StaticPolicy):
         return
     try:
         proposals = list(_first(policy.items, 10_000))
@@ -272,7 +285,7 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
     refused: set[str] = set()  # one line per knob, however many proposals name it
     in_files: dict[str, str] = {}  # knob -> the file proposals change it in
     for n, proposal in enumerate(proposals, start=1):
-        label = f"queue item {n} `{proposal.slug}`" if config["kind"] == "queue" else "policy.space"
+        label = f"queue item {n} `{proposal.slug}`" if settings.kind == "queue" else "policy.space"
         if proposal.patch:
             problem = _patch_out_of_bounds(repo, proposal.patch, mutable, frozen)
             if problem:
@@ -293,10 +306,12 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
             except Rejected as err:
                 refused.add(name)
                 result.problems.append(f"{where}: policy: {label}: {err}")
-    _check_precedence(data, in_files, config.get("args"), where, result)
+    _check_precedence(data, in_files, settings.args, where, result)
 
 
-def _check_precedence(data: dict, in_files: dict[str, str], args, where: str, result: Validation) -> None:
+def _check_precedence(
+    data: dict, in_files: dict[str, str], args: dict, where: str, result: Validation
+) -> None:
     """Warn when a knob the proposals change in a file is also set on the campaign's command line
     (nanoGPT reads `--n_embd=64` after its config file: the file's change never reaches the run),
     or when the command sets a `policy.args` knob again after `${args}`."""
@@ -305,28 +320,28 @@ def _check_precedence(data: dict, in_files: dict[str, str], args, where: str, re
         return
     result.checked.append("knobs the command line overrides")
     result.warnings += [f"{where}: {line}" for line in knobs.shadowed_by_command(in_files, command)]
-    if isinstance(args, dict):
+    if args:
         result.warnings += [f"{where}: policy.args: {line}" for line in knobs.overridden_args(args, command)]
 
 
-def _check_llm_policy(data: dict, config: dict, repo: Path, where: str, result: Validation) -> None:
+def _check_llm_policy(
+    data: dict, settings: PolicySettings, program_given: bool, repo: Path, where: str, result: Validation
+) -> None:
     """The endpoint (model, URL, the key's variable set, the SDK installed), the program, and the
     knobs the model may set, without calling the model."""
     result.checked.append("policy endpoint")
-    result.problems += [f"{where}: {problem}" for problem in llm.policy_problems(config)]
-    program = config.get("program", "program.md")
-    if isinstance(program, str):
-        result.checked.append(f"policy.program {program}")
-        if not (repo / program).is_file():
-            line = f"{where}: `policy.program` names {program}, which does not exist in {repo}"
-            if "program" in config:
-                result.problems.append(line)
-            else:
-                result.warnings.append(line + ": the model gets no research program")
-    mutable = config.get("mutable") if POLICY["mutable"].kind.test(config.get("mutable")) else []
+    result.problems += [f"{where}: {problem}" for problem in llm.policy_problems(settings)]
+    program = settings.program
+    result.checked.append(f"policy.program {program}")
+    if not (repo / program).is_file():
+        line = f"{where}: `policy.program` names {program}, which does not exist in {repo}"
+        if program_given:
+            result.problems.append(line)
+        else:
+            result.warnings.append(line + ": the model gets no research program")
+    mutable, space = settings.mutable, settings.space
     files = knob_files(mutable, lambda path: _mutable_source(repo, path))
-    space = config.get("space") if isinstance(config.get("space"), dict) else {}
-    if config["kind"] != "llm_diff" and mutable and not files and not space and not config.get("args"):
+    if settings.kind != "llm_diff" and mutable and not files and not space and not settings.args:
         result.problems.append(
             f"{where}: policy: the model sets knobs, but the campaign names no mutable Python, YAML, JSON or "
             "TOML file (`policy.mutable`) and no `policy.args`"
@@ -337,13 +352,8 @@ def _check_llm_policy(data: dict, config: dict, repo: Path, where: str, result: 
             in_files[name] = knobs.locate(name, files)
         except knobs.KnobError as err:
             result.problems.append(f"{where}: policy.space: {err}")
-    _check_precedence(data, in_files, config.get("args"), where, result)
-    calls = (
-        config.get("required_calls")
-        if POLICY["required_calls"].kind.test(config.get("required_calls"))
-        else []
-    )
-    for name in calls:
+    _check_precedence(data, in_files, settings.args, where, result)
+    for name in settings.required_calls:
         texts = {path: _mutable_source(repo, path) or "" for path in mutable}
         if not any(llm.calls_to(name, text, path) for path, text in texts.items()):
             result.warnings.append(
@@ -441,7 +451,7 @@ LAUNCHER_PROGRAMS = {"tmux": ("tmux",), "slurm": ("sbatch", "scontrol")}
 
 
 def _check_launcher(data: dict, where: str, result: Validation) -> None:
-    launcher = data.get("launcher", "local")
+    launcher = data.get("launcher", SETTINGS["launcher"].default)
     if not SETTINGS["launcher"].kind.test(launcher):
         return  # reported as a type problem
     result.checked.append(f"launcher {launcher}")

@@ -18,7 +18,7 @@ from dataclasses import asdict
 import click
 
 from autoresearch_skills import knobs
-from autoresearch_skills.campaign import experiment, scheduler
+from autoresearch_skills.campaign import experiment, noise, scheduler
 from autoresearch_skills.campaign.experiment import StopConditionMet, select, settled_state
 from autoresearch_skills.campaign.finish import finished, wrap_up
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
@@ -27,6 +27,8 @@ from autoresearch_skills.campaign.store import Campaign, find
 from autoresearch_skills.campaign.watch import Watchers
 from autoresearch_skills.clock import format_duration, parse_duration
 from autoresearch_skills.errors import BadInput, Interrupted, Stopped, run_cli, signal_name
+from autoresearch_skills.ledger import STATUSES
+from autoresearch_skills.outcome import CrashCause, Status
 
 campaign_option = click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
 
@@ -55,6 +57,8 @@ def _print_ended(campaign: Campaign, ended: scheduler.Ended) -> None:
     click.echo(f"experiment: {ended.key}")
     click.echo(f"{s.metric}: {value}")
     click.echo(f"status: {result.shown_status()} ({result.reason})")
+    if result.cause:
+        click.echo(f"cause: {result.cause}")
     click.echo(f"elapsed: {result.elapsed_min:.2f} min")
     if result.steps is not None or result.throughput is not None:
         pace = [f"{result.steps} steps" if result.steps is not None else None]
@@ -62,7 +66,8 @@ def _print_ended(campaign: Campaign, ended: scheduler.Ended) -> None:
             pace.append(f"{result.throughput:g} {result.throughput_key or 'throughput'} (median)")
         click.echo(f"pace: {', '.join(p for p in pace if p)}")
     for flag in result.flags:
-        click.echo(f"warning: {flag}")
+        said = CANDIDATE_SAID if flag == noise.CANDIDATE_FLAG else flag
+        click.echo(f"warning: {said}")
     if row is None:
         click.echo(
             f"decision: pending; record it with `ars exp mark keep|discard|crash {ended.key} --reason TEXT`"
@@ -78,9 +83,11 @@ def _rows_as_ended(campaign: Campaign, indexes: list[int]) -> list[scheduler.End
         row = rows.get(index)
         if row is None:
             continue
-        reason = row.description.rsplit("[", 1)[-1].rstrip("]") if "[" in row.description else row.status
-        metric = row.metric_value if row.status in ("keep", "discard") else None
-        result = Result(status=row.status, reason=reason, metric_value=metric, elapsed_min=row.elapsed_min)
+        metric = row.metric_value if row.status.is_finished() else None
+        result = Result(
+            status=row.status, cause=row.cause, reason=row.reason or str(row.status), metric_value=metric,
+            elapsed_min=row.elapsed_min,
+        )  # fmt: skip
         out.append(scheduler.Ended(row.branch.rsplit("/", 1)[-1], result, row))
     return out
 
@@ -98,9 +105,9 @@ def _report(
         }
         if len(ended) == 1:  # the single-run shape `ars exp run --json` always had
             payload.update(result=payload["ended"][0]["result"], row=payload["ended"][0]["row"])
-        if finished(campaign):
-            payload["finished"] = wrap_up(campaign)
         action = _next_rerun(campaign, verdict)
+        if finished(campaign) and action is None:  # the owed rerun comes before the end
+            payload["finished"] = wrap_up(campaign)
         payload["next_rerun"] = action.__dict__ if action else None
         click.echo(json.dumps(payload, indent=2, default=str))
         return
@@ -108,20 +115,27 @@ def _report(
         if n:
             click.echo("")
         _print_ended(campaign, item)
-    _wrap_up_if_over(campaign)
+    action = _next_rerun(campaign, verdict)
+    if action is None:  # while a rerun is owed the campaign is not over: its best may still change
+        _wrap_up_if_over(campaign)
     for item in ended:  # a broken run is fixed (or dropped) before any noise bookkeeping
         row = item.row
-        if row is not None and row.status in ("crash", "timeout") and not row.rerun_of:
+        if row is not None and row.status.is_failure() and not row.rerun_of:
             slug = row.branch.rsplit("/", 1)[-1]
             if slug != "baseline":
                 click.echo(
                     f"next: if {slug}'s change has a bug, fix it: `ars exp retry {slug}`, edit, "
                     f"`ars exp run {slug}`; a broken idea: move on"
                 )
-    action = _next_rerun(campaign, verdict)
     if action is not None:
         click.echo(f"next: ars exp rerun '#{action.rerun_of}'  ({action.reason})")
+        if not verdict.should_continue:
+            click.echo(f"{verdict.line}; the rerun it owes comes first, then the campaign ends")
+            return
     click.echo(verdict.line)
+
+
+CANDIDATE_SAID = "candidate: within noise of the best, not kept until its rerun (the `next:` line) decides"
 
 
 def _next_rerun(campaign: Campaign, verdict):
@@ -226,12 +240,27 @@ def _wait_for(campaign: Campaign, key: str, as_json: bool) -> list:
     return [e for e in ended if e.key == key]
 
 
-def run_and_report(campaign: Campaign, ref: str | None, timeout, force: bool, detach: bool, as_json: bool):
+def run_and_report(
+    campaign: Campaign,
+    ref: str | None,
+    timeout,
+    force: bool,
+    detach: bool,
+    as_json: bool,
+    overridden_ok: bool = False,
+):
     state, record = experiment.select_or_reopen(
         campaign, ref, phases=(Phase.OPEN, Phase.QUEUED, Phase.RUNNING), verb="run"
     )
     if record.phase is Phase.OPEN:
-        for line in experiment.shadowed_knobs(campaign, record):  # said before anything runs
+        shadowed = experiment.shadowed_knobs(campaign, record)
+        if shadowed and not overridden_ok:  # an attempt spent on a change that cannot take effect
+            more = f" (and {len(shadowed) - 1} more)" if len(shadowed) > 1 else ""
+            raise BadInput(
+                f"{shadowed[0]}{more}; nothing ran. If the script reads this file after its command "
+                "line, run it anyway with --even-if-overridden"
+            )
+        for line in shadowed:
             click.echo(f"warning: {line}", err=True)
         record = experiment.request_run(campaign, record.key, timeout=timeout, force=force)
         if not as_json:
@@ -296,7 +325,7 @@ def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
         return
     ended = _run_until_ended(campaign, record.key, _duration(timeout), as_json)
     # The baseline is run `baseline_repeats` times: its spread is the first noise estimate.
-    while ended and ended[-1].result.status == "keep":
+    while ended and ended[-1].result.status is Status.KEEP:
         action = _next_rerun(campaign, campaign.verdict())
         if action is None or action.rerun_of != 0:
             break
@@ -409,17 +438,26 @@ def commit_cmd(slug, message, ref) -> None:
 @click.option("--timeout", help="per-run limit (the tighter of this and the campaign's wins)")
 @click.option("--force", is_flag=True, help="run even when a stop condition is met")
 @click.option("--detach", is_flag=True, help="launch (or queue for a free slot) and return at once")
+@click.option(
+    "--even-if-overridden",
+    "overridden_ok",
+    is_flag=True,
+    help="run a file change although the command line also sets that knob (a script that reads "
+    "its config file after its command line)",
+)
 @campaign_option
 @click.option("--json", "as_json", is_flag=True)
 @_waits
-def run_cmd(slug, timeout, force, detach, ref, as_json) -> None:
+def run_cmd(slug, timeout, force, detach, overridden_ok, ref, as_json) -> None:
     """Run an experiment under its timeout, read the metric, write its ledger row.
 
     Commits pending edits first, waits for a free slot if the pool is full, prints the metric,
     the status and the stop verdict. SLUG may be left out when one experiment is open.
     With --detach it returns as soon as the run is launched or queued: `ars exp wait` reports the
     row, so no single call has to last as long as the run.
-    Exit 0: recorded (any status) or detached; 1: a stop condition is met, nothing started; 2: bad input.
+    Exit 0: recorded (any status) or detached; 1: a stop condition is met, nothing started; 2: bad
+    input, or a file change the command line overrides (`--n_embd=64` in the command, `n_embd`
+    changed in the config: nothing runs; give it with `ars exp start SLUG --args` instead).
     If a previous `ars exp run` died while its run went on, this adopts and waits for it.
 
     \b
@@ -429,7 +467,7 @@ def run_cmd(slug, timeout, force, detach, ref, as_json) -> None:
       ars exp run higher-lr --detach
     """
     campaign = find(ref)
-    run_and_report(campaign, slug, _duration(timeout), force, detach, as_json)
+    run_and_report(campaign, slug, _duration(timeout), force, detach, as_json, overridden_ok)
 
 
 @cli.command("rerun")
@@ -455,7 +493,7 @@ def rerun_cmd(ref, times, timeout, detach, campaign_ref, as_json) -> None:
     """
     campaign = find(campaign_ref)
     if ref is None:
-        finished = [r for r in campaign.rows() if r.status in ("keep", "discard")]
+        finished = [r for r in campaign.rows() if r.status.is_finished()]
         if not finished:
             raise BadInput("no finished run to rerun yet: name one (a slug, a branch or #INDEX)")
         ref = f"#{finished[-1].index}"
@@ -595,14 +633,14 @@ def cancel_cmd(slug, reason, ref) -> None:
         record = select(settled_state(campaign), slug, phases=(Phase.RUNNING, Phase.QUEUED), verb="cancel")
         if record.phase is Phase.RUNNING:
             experiment.cancel(campaign, record.key, reason=reason)
-        row = experiment.record(campaign, record.key, status="cancelled", reason=reason)
+        row = experiment.record(campaign, record.key, Status.CANCELLED, CrashCause.CANCELLED, reason=reason)
     click.echo(f"ledger: row {row.index} cancelled in {campaign.ledger}")
     _wrap_up_if_over(campaign)
     click.echo(campaign.verdict().line)
 
 
 @cli.command("mark")
-@click.argument("status", type=click.Choice(["keep", "discard", "crash", "timeout", "cancelled"]))
+@click.argument("status", type=click.Choice(STATUSES))
 @click.argument("slug", required=False)
 @click.option("--reason", required=True, help="why: e.g. 'flat result, simpler code'")
 @campaign_option
@@ -617,9 +655,9 @@ def mark_cmd(status, slug, reason, ref) -> None:
     campaign = find(ref)
     state = settled_state(campaign)
     record = select(state, slug, phases=(Phase.DECIDE, Phase.OPEN), verb="mark")
-    if record.phase is Phase.OPEN and status in ("keep", "discard"):
+    if record.phase is Phase.OPEN and Status(status).is_finished():
         raise BadInput("this experiment has not run: only crash or cancelled can be recorded")
-    row = experiment.record(campaign, record.key, status=status, reason=reason)
+    row = experiment.record(campaign, record.key, Status(status), CrashCause.MARKED, reason=reason)
     click.echo(f"ledger: row {row.index} {status} in {campaign.ledger}")
     _wrap_up_if_over(campaign)
     click.echo(campaign.verdict().line)

@@ -31,6 +31,7 @@ from autoresearch_skills.clock import format_duration, now_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch import get_launcher
 from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, state_path_for
+from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.session_record import note_event
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
@@ -187,15 +188,23 @@ def start(
         return _open(campaign, state, experiment)
 
 
+# The change a prediction expects, at the end of what `--predict` stores ("val loss -0.01", "-1%");
+# the report reads it back with the same pattern.
+PREDICTED_CHANGE = re.compile(r"(?P<number>[+-]\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?P<percent>%?)\s*$")
+
+
 def parse_prediction(text: str, metric: str) -> str:
-    """ "val_bpb -0.01", "-0.01" or "-1%": the expected change of the metric, kept as written
-    beside the outcome (the report tallies how often the sign was right)."""
-    match = re.fullmatch(r"\s*(?:(\S+)\s+)?([+-]\d+(?:\.\d+)?(?:e-?\d+)?%?)\s*", text)
-    if not match or (match[1] and match[1] != metric):
+    """ "val_bpb -0.01", "val loss -0.01", "-0.01" or "-1%": the expected change of the metric
+    (its name may be left out, and may hold spaces), stored as "<metric> <change>" beside the
+    outcome (the report tallies how often the sign was right)."""
+    change = PREDICTED_CHANGE.search(text)
+    named = text[: change.start()].strip() if change else ""
+    if not change or (named and named != metric):
         raise BadInput(
-            f'--predict {text!r}: give the expected change of {metric} with its sign, e.g. "{metric} -0.01" or "-1%"'
+            f'--predict {text!r}: give the expected change of {metric} with its sign: "-0.01", "+2%" or '
+            f'"{metric} -0.01"'
         )
-    return f"{metric} {match[2]}"
+    return f"{metric} {change[0].strip()}"
 
 
 def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
@@ -212,15 +221,15 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
         closed = state.closed.get(slug)
         if mode == "retry":
             latest = next(r for r in reversed(rows) if r.branch == row.branch)
-            if latest.status not in ("crash", "timeout", "cancelled"):
+            if latest.status.is_finished():
                 raise BadInput(
                     f"#{latest.index} on {row.branch} is {latest.status}: a fix-up retries a crash or a timeout; "
                     f"to run the same commit again use `ars exp rerun {slug}`"
                 )
-            description = closed.description if closed else latest.description.split(" [", 1)[0]
+            description = closed.description if closed else latest.description
             attempt = {"retry_of": latest.index, "checkout": row.branch, "commits": [], "fixup": True}
         else:
-            if row.status not in ("keep", "discard"):
+            if not row.status.is_finished():
                 raise BadInput(
                     f"#{row.index} is a {row.status}: only a finished run with a metric can be rerun"
                 )
@@ -229,10 +238,8 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
                 gitflow.branch_exists(campaign.repo, row.branch)
                 and gitflow.head_commit(campaign.repo, row.branch) == row.commit
             )
-            # The hypothesis as written, once: a rerun of a rerun still reads "rerun of #5: B".
-            description = f"rerun of #{original}: " + noise.plain_description(
-                closed.description if closed else row.description
-            )
+            # The hypothesis as its first row says it: a rerun's row says `rerun_of`, not its words.
+            description = next((r.description for r in rows if r.index == original), row.description)
             attempt = {"rerun_of": original, "checkout": row.branch if at_head else row.commit, "commits": [row.commit]}  # fmt: skip
         args = (closed.args if closed else None) or recorded_args(
             campaign.repo, row.parent_commit, row.commit
@@ -296,7 +303,7 @@ def _row_for(campaign: Campaign, rows: list, ref: str):
     found = [r for r in rows if r.branch in names]
     if not found:
         raise BadInput(f"no recorded experiment {ref!r}: name a slug, a branch or a ledger row like #3")
-    finished = [r for r in found if r.status in ("keep", "discard") and not r.rerun_of]
+    finished = [r for r in found if r.status.is_finished() and not r.rerun_of]
     return (finished or found)[-1]
 
 
@@ -310,7 +317,7 @@ def select_or_reopen(
         return state, select(state, ref, phases, verb)
     except BadInput:
         closed = state.closed.get((ref or "").rsplit("/", 1)[-1]) if ref else None
-        if not closed or closed.status not in ("crash", "timeout", "cancelled"):
+        if not closed or closed.status is None or closed.status.is_finished():
             raise
     reopen(campaign, ref, "retry")
     state = settled_state(campaign)
@@ -433,7 +440,9 @@ def _commit(
         experiment.snapshot,
         text,
         max_bytes=_max_bytes(campaign),
-        allow_empty=first and bool(experiment.args),
+        # knobs on the command line alone, or a proposal whose values the files already hold (a grid
+        # point at the current value): the attempt still gets its commit and its branch
+        allow_empty=first and (bool(experiment.args) or experiment.proposal is not None),
     )
     if done.left_out:  # generated files (checkpoints, wandb/, files over the size limit) stay out
         click.echo(done.left_out_line(), err=True)
@@ -565,7 +574,7 @@ def launch_queued(campaign: Campaign) -> list[Experiment]:
             if not experiment.forced and not verdict.may_start():
                 # It waited for a slot past what the stop rules allow (the deadline came): its row
                 # says so, and nothing runs past the rules.
-                record(campaign, experiment.key, status="cancelled",
+                record(campaign, experiment.key, Status.CANCELLED, CrashCause.STOP_RULE,
                        reason=f"stop condition met before it got a slot ({verdict.line})", reported=False)  # fmt: skip
                 state = settled_state(campaign)
                 continue
@@ -661,8 +670,15 @@ def relaunch(campaign: Campaign, key: str, why: str) -> Experiment:
     return experiment
 
 
-def cancel(campaign: Campaign, key: str, status: str = "cancelled", reason: str = "cancelled"):
-    """Cancel the experiment's run (its whole process tree) and keep its result for the row."""
+def cancel(
+    campaign: Campaign,
+    key: str,
+    status: Status = Status.CANCELLED,
+    cause: CrashCause = CrashCause.CANCELLED,
+    reason: str = "cancelled",
+):
+    """Cancel the experiment's run (its whole process tree) and keep its result for the row: with
+    `status`, `cause` and `reason` unless it ended by itself first."""
     with campaign.lock():
         state = settled_state(campaign)
         experiment = state.experiments[key]
@@ -673,7 +689,8 @@ def cancel(campaign: Campaign, key: str, status: str = "cancelled", reason: str 
         if run_state.name != "exited" and not judging.vanished(experiment, run_state):
             # ended by us: say why, in the words of the caller (a run whose tmux session had
             # vanished before keeps its crash and the reason)
-            experiment.result.status, experiment.result.reason = status, reason
+            experiment.result.status, experiment.result.cause = status, cause
+            experiment.result.reason = reason
         campaign.state.write(state)
         return run_state
 
@@ -713,12 +730,19 @@ def finish(campaign: Campaign, key: str, run_state, run_id: str, reported: bool 
 
 
 def record(
-    campaign: Campaign, key: str, status: str | None = None, reason: str | None = None, reported: bool = True
+    campaign: Campaign,
+    key: str,
+    status: Status | None = None,
+    cause: CrashCause | None = None,
+    reason: str | None = None,
+    reported: bool = True,
 ):
     """Write the attempt's one ledger row, then (ratchet) move the branch back if not kept.
-    `reported`: the caller shows the row; else it waits in state.json for `ars exp wait`."""
+    `status` overrides the judged result (a person's mark, a stop before the run), with the `cause`
+    of a status without a metric and a `reason` for people. `reported`: the caller shows the row;
+    else it waits in state.json for `ars exp wait`."""
     with campaign.lock():
-        row = _record(campaign, key, status, reason, reported)
+        row = _record(campaign, key, status, cause, reason, reported)
     try:
         close_old_sessions(campaign)
     except (OSError, subprocess.SubprocessError) as err:  # housekeeping never fails a recorded attempt
@@ -749,16 +773,26 @@ def close_old_sessions(campaign: Campaign) -> int:
     return closed
 
 
-def _record(campaign: Campaign, key: str, status: str | None, reason: str | None, reported: bool):
+def _record(
+    campaign: Campaign,
+    key: str,
+    status: Status | None,
+    cause: CrashCause | None,
+    reason: str | None,
+    reported: bool,
+):
     state = settled_state(campaign)
     experiment = state.experiments[key]
     result = experiment.result
-    status = status or result.status
-    text = experiment.description
-    if experiment.lost_runs:
-        text = f"{text} (run again after its runner died: {experiment.relaunched_because or 'run lost'})"
-    if reason or status not in ("keep", "discard"):  # say why whenever it is not the plain comparison
-        text = f"{text} [{status}: {reason or (result.reason if result else 'no result')}]"
+    if status is None:  # as judged (a result an older release judged has no cause: the reader derives it)
+        status, cause = result.status, result.cause
+    elif not Status(status).is_finished() and cause is None:
+        raise ValueError(f"a {status} row needs its cause")
+    status = Status(status)
+    if status.is_finished():
+        cause = None
+    if not reason and not status.is_finished():  # say why whenever it is not the plain comparison
+        reason = result.reason if result else "no result"
     rows = campaign.rows()
     written = experiment.row_at
     if written is not None and len(rows) > written and rows[written].branch == experiment.branch:
@@ -767,9 +801,13 @@ def _record(campaign: Campaign, key: str, status: str | None, reason: str | None
     else:
         experiment.row_at = len(rows)  # where this attempt's row goes (appends hold the lock)
         campaign.state.write(state)
-        row = _append_row(campaign, experiment, result, status, text)
+        row = _append_row(campaign, experiment, result, status, cause, reason or "")
     # The row is durable before any branch moves (ratchet) or the state forgets the run.
-    if campaign.settings.strategy == "ratchet" and status != "keep" and experiment.slug != "baseline":
+    if (
+        campaign.settings.strategy == "ratchet"
+        and status is not Status.KEEP
+        and experiment.slug != "baseline"
+    ):
         gitflow.move_branch_back(experiment.workdir, experiment.parent_commit)
     state.forget(experiment, row.index, status, reported)
     campaign.state.write(state)
@@ -780,14 +818,24 @@ def _record(campaign: Campaign, key: str, status: str | None, reason: str | None
     return row
 
 
-def _append_row(campaign: Campaign, experiment: Experiment, result: Result | None, status: str, text: str):
+def _append_row(
+    campaign: Campaign,
+    experiment: Experiment,
+    result: Result | None,
+    status: Status,
+    cause: CrashCause | None,
+    reason: str,
+):
     from autoresearch_skills import ledger
 
     s = campaign.settings
     result = result or Result(status=status, reason="")
     run = experiment.run
-    measured = status in ("keep", "discard")
+    measured = status.is_finished()
     noise_fields = result.noise if measured else {}
+    flags = list(result.flags)
+    if experiment.lost_runs:
+        flags.append(f"run again after its runner died: {experiment.relaunched_because or 'run lost'}")
     command = command_of(campaign, experiment)
     return ledger.append(
         campaign.ledger,
@@ -805,7 +853,7 @@ def _append_row(campaign: Campaign, experiment: Experiment, result: Result | Non
             command=command,
             log_path=run.log_path if run else "",
             status=status,
-            description=text,
+            description=experiment.description,
             started_at=experiment.started_at or experiment.opened_at,
             ended_at=result.ended_at or now_iso(),
             rerun_of="" if experiment.rerun_of is None else str(experiment.rerun_of),
@@ -819,6 +867,9 @@ def _append_row(campaign: Campaign, experiment: Experiment, result: Result | Non
             runs=noise_fields.get("runs", ""),
             steps="" if result.steps is None else str(result.steps),
             throughput="" if result.throughput is None else f"{result.throughput:g}",
-            flags="; ".join(result.flags),
+            flags="; ".join(flags),
+            cause=cause,
+            reason=reason,
+            mode=(experiment.proposal or {}).get("mode") or "",  # the loop's proposal, as state.json holds it
         ),
     )

@@ -8,7 +8,8 @@
 - the tmux sessions of its finished runs are closed (`close_sessions`; logs stay), unless
   `keep_sessions_at_end`;
 - the session memory's current subtask is closed with the verdict;
-- the lines say where the best result lives (`git checkout <branch>` to use it).
+- the lines say where the best result lives (`git checkout <branch>` to use it, and the command it
+  ran when its knobs are on the command line).
 Each step is safe to repeat: `ars campaign finish` may be called again at any time.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import subprocess
 
-from autoresearch_skills import gitflow
+from autoresearch_skills import gitflow, knobs
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import remove_worktrees
@@ -49,10 +50,7 @@ def wrap_up(campaign: Campaign) -> list[str]:
             alone = f" ({'one run: ' if best.n == 1 else ''}{noise.DETERMINISTIC})"
         else:
             alone = " (one run: no rerun confirmed it)" if best.n == 1 else ""
-        lines.append(
-            f"best: {best.describe(campaign.settings.metric)}{alone} "
-            f"(`git checkout {checkout_ref(campaign, best)}` to use it)"
-        )
+        lines.append(f"best: {best.describe(campaign.settings.metric)}{alone} ({how_to_use(campaign, best)})")
     close_subtask(campaign.repo, campaign.verdict().line)
     return lines
 
@@ -114,6 +112,16 @@ def finished(campaign: Campaign) -> bool:
     """Whether the campaign is over: its stop condition is met and nothing is in flight."""
     state = campaign.state.read()
     return not state.experiments and not campaign.verdict(state=state).should_continue
+
+
+def how_to_use(campaign: Campaign, best) -> str:
+    """`git checkout REF` to use it; and the command it ran when that command carries knobs of its
+    own (`--args`, `policy.args`), which live in the command, not in the files of the branch."""
+    checkout = f"`git checkout {checkout_ref(campaign, best)}`"
+    ran = str(getattr(best.row, "command", "") or "")
+    if ran and ran != knobs.with_args(campaign.settings.command, {}):
+        return f"{checkout}, then run `{ran}`: its command-line knobs are in the command, not in the files"
+    return f"{checkout} to use it"
 
 
 def checkout_ref(campaign: Campaign, best) -> str:

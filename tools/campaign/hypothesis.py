@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch_skills import knobs
+from autoresearch_skills.campaign.policy_settings import PolicySettings
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Proposal:
     patch: str = ""
     parent: str | None = None  # overrides the policy's parent (baseline, best or a ref)
     args: dict = field(default_factory=dict)  # command-line arguments, written into the command
+    mode: str = ""  # a hybrid policy's switch: the mode it turned to with this one (the row's `mode`)
 
     @classmethod
     def from_mapping(cls, data: dict, where: str) -> Proposal:
@@ -193,8 +195,8 @@ def committed_text(repo: Path, commit: str, path: str) -> str | None:
 class Policy:
     """Yields proposals; `feedback` is the reason the previous one was rejected (or None)."""
 
-    def __init__(self, config: dict, attempted_slugs: set[str]):
-        self.config = config
+    def __init__(self, settings: PolicySettings, attempted_slugs: set[str]):
+        self.settings = settings
         self.attempted = attempted_slugs
 
     def next(self, context: dict, feedback: str | None = None) -> Proposal | None:

@@ -1,5 +1,6 @@
 """Judging a finished run: its metric (from the log with the preset, or from `metric_source:`),
-its status and reason (noise-aware: campaign/noise.py), its pace (steps, throughput) against its
+its status (noise-aware: campaign/noise.py), and for a run without a metric its cause (data the
+engine decides on) and its reason (words for people), its pace (steps, throughput) against its
 parent's, and its fingerprint, which decides which rows it may be ranked against. Pure reading:
 nothing here writes the ledger or state.json (experiment.py does), so it returns a `Result`."""
 
@@ -13,17 +14,19 @@ from autoresearch_skills import metrics, worktreeinclude
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.fingerprint import Fingerprint, diff, fingerprint
+from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS
 from autoresearch_skills.campaign.record import Experiment, Result
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now_iso, parse_iso
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch.base import VANISHED
+from autoresearch_skills.launch.base import LOG_REFUSED, VANISHED
+from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.sources.pace import Pace, read_pace
 from autoresearch_skills.sources.reading import read_metric
 
 
 def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
-    """Turn a finished run into a result: status, metric, memory, elapsed, reason."""
+    """Turn a finished run into a result: status, cause, metric, memory, elapsed, reason."""
     s = campaign.settings
     log_path = experiment.run.log_path
     value, missing = _read_metric(campaign, experiment, log_path)
@@ -31,27 +34,30 @@ def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
     # A run reaped later than it ended (detached, or adopted after a crash) keeps its own end time.
     ended_at = experiment.run.reload().ended_at or now_iso()
     elapsed = (parse_iso(ended_at) - parse_iso(experiment.started_at)).total_seconds()
-    noise_fields, decided = {}, None
+    noise_fields, decided, cause = {}, None, None
     if run_state.name == "timeout" and experiment.deadline_bound:
-        status, reason = (
-            "cancelled",
-            f"the campaign deadline came {format_duration(experiment.timeout)} into the run",
-        )
+        status, cause = Status.CANCELLED, CrashCause.DEADLINE
+        reason = f"the campaign deadline came {format_duration(experiment.timeout)} into the run"
     elif run_state.name == "timeout":
-        status, reason = "timeout", f"killed at the {format_duration(experiment.timeout)} limit"
+        status, cause = Status.TIMEOUT, CrashCause.TIMEOUT
+        reason = f"killed at the {format_duration(experiment.timeout)} limit"
     elif lost_place := vanished(experiment, run_state):
-        status, reason = "crash", lost_place  # nobody cancelled it: the session or server went away
+        # nobody cancelled it: the session or server went away
+        status, cause, reason = Status.CRASH, CrashCause.LOST_SESSION, lost_place
     elif run_state.name == "cancelled":
-        status, reason = "cancelled", "cancelled"
+        status, cause, reason = Status.CANCELLED, CrashCause.CANCELLED, "cancelled"
     elif run_state.name == "lost":
-        status, reason = "crash", f"runner died ({run_state.detail or 'run lost'})"
+        cluster = experiment.run.launcher in CLUSTER_LAUNCHERS
+        status, cause = Status.CRASH, CrashCause.LOST if cluster else CrashCause.RUNNER_DIED
+        reason = f"runner died ({run_state.detail or 'run lost'})"
     elif run_state.exit_code not in (0, None):
-        status, reason = (
-            "crash",
-            f"exit code {run_state.exit_code}{_last_error(log_path)}{_missing_hint(campaign, experiment)}",
+        refused = experiment.run.reload().extra.get(LOG_REFUSED)  # the supervisor's log write refused
+        status, cause = Status.CRASH, CrashCause.DISK_FULL if refused else CrashCause.EXIT_CODE
+        reason = (
+            f"exit code {run_state.exit_code}{_last_error(log_path)}{_missing_hint(campaign, experiment)}"
         )
     elif value is None:
-        status, reason = "crash", f"{missing}{_last_error(log_path)}"
+        status, cause, reason = Status.CRASH, CrashCause.METRIC_MISSING, f"{missing}{_last_error(log_path)}"
     else:
         decision = noise.assess(
             campaign.rows(), value, s.direction, fingerprint=experiment.fingerprint,
@@ -64,7 +70,7 @@ def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
     if noise_fields.get("flags"):
         flags.insert(0, noise_fields["flags"])
     return Result(
-        status=status, reason=reason, metric_value=value, memory_gb=round(memory[-1].value / 1024, 1) if memory else 0.0,
+        status=status, cause=cause, reason=reason, metric_value=value, memory_gb=round(memory[-1].value / 1024, 1) if memory else 0.0,
         exit_code=run_state.exit_code, state=run_state.name, ended_at=ended_at,
         elapsed_min=round(max(0.0, elapsed) / 60, 2), decision=decided, noise=noise_fields,
         steps=steps, throughput=throughput, throughput_key=throughput_key, flags=flags,
@@ -101,9 +107,7 @@ def _fingerprint_flags(campaign: Campaign, experiment: Experiment) -> list[str]:
     against this one (the best is the best among comparable rows)."""
     mine = experiment.fingerprint
     others = [
-        r
-        for r in campaign.rows()
-        if r.fingerprint and r.fingerprint != mine and r.status in ("keep", "discard")
+        r for r in campaign.rows() if r.fingerprint and r.fingerprint != mine and r.status.is_finished()
     ]
     if not mine or not others:
         return []
@@ -132,24 +136,23 @@ def _pace(campaign: Campaign, experiment: Experiment, log_path: str) -> tuple:
     s = campaign.settings
     steps, throughput, key = _read_pace(s, log_path)
     flags: list[str] = []
-    parent = next(
-        (
-            r
-            for r in reversed(campaign.rows())
-            if r.commit == experiment.parent_commit and (r.steps or r.throughput)
-        ),
-        None,
-    )
-    if parent is None:
+    # every run of the parent commit, its reruns too: one busy rerun is no measure of its pace
+    parents = [
+        r for r in campaign.rows() if r.commit == experiment.parent_commit and (r.steps or r.throughput)
+    ]
+    if not parents:
         return steps, throughput, key, flags
+    first = min(r.index for r in parents)
+    shown = f"#{first}" + (f" ({len(parents)} runs, median)" if len(parents) > 1 else "")
     for name, mine, label in (("steps", steps, "steps"), ("throughput", throughput, key or "throughput")):
-        theirs = parent.number(name)
-        if mine is None or not theirs:
+        values = [v for v in (r.number(name) for r in parents) if v]
+        if mine is None or not values:
             continue
+        theirs = median(values)
         drift = (mine - theirs) / theirs
         if abs(drift) > s.comparable_margin:
             flags.append(
-                f"not comparable: {label} {mine:g} vs {theirs:g} for its parent #{parent.index} ({drift:+.0%}); "
+                f"not comparable: {label} {mine:g} vs {theirs:g} for its parent {shown} ({drift:+.1%}); "
                 "a busy machine or the change itself may explain the result"
             )
     return steps, throughput, key, flags
@@ -198,7 +201,7 @@ def _read_metric(campaign: Campaign, experiment: Experiment, log_path: str) -> t
     except (BadInput, OSError) as err:
         return None, f"no {s.metric} from the metric source: {err}"
     if not reading.found:
-        hint = _names_hint(s, log_path) if source.get("kind") == "log" and not source.get("path") else ""
+        hint = _names_hint(s, log_path) if source.kind == "log" and not source.path else ""
         return None, f"no {s.metric} from {reading.source}: {reading.missing}{hint}"
     return reading.value, ""
 

@@ -16,8 +16,9 @@ Contract (the `policy:` block of a campaign file; every policy answers with camp
     hybrid    knob values first; diffs once `stall_threshold` rows have passed since the best (the
               ledger's rows after the best commit's last run); knob values again after
               `max_rejected_diffs` diffs in a row were rejected. The first proposal after a switch
-              says it in its description, so the ledger row does ("[hybrid: diffs after 4 runs
-              without improvement] ..."), and the switch is noted in the session record.
+              carries the mode it turned to, which its ledger row holds in `mode`; its description
+              says why for people ("[hybrid: diffs after 4 runs without improvement] ..."), and the
+              switch is noted in the session record.
 
 What the model reads: the research program (`program:`, default program.md), the mutable files as
 the parent commit holds them, the frozen files' names, the whole ledger (each row's value, verdict,
@@ -31,10 +32,10 @@ has nothing more to propose answers `{"proposals": []}`: the policy is exhausted
 The endpoint, its key, retries and the call log (`<campaign folder>/llm_calls.jsonl`) are
 campaign/llm_endpoint.py's.
 
-After `ars campaign resume`, hybrid takes up the mode the ledger shows: the last row whose description
-says "[hybrid: diffs after ...]" or "[hybrid: parameters again after ...]" names it (a stall is counted
-from the row that turned back to knob values). Diffs rejected in a row before a kill make no row, so
-that count starts again at 0. Prompts hold whole files and the whole ledger: a campaign of hundreds of rows needs a model
+After `ars campaign resume`, hybrid takes up the mode the ledger shows: the last row with a `mode`
+names it (a stall is counted from the row that turned back to knob values; a row an older release
+wrote has its mode read from its description by the ledger's reader). Diffs rejected in a row
+before a kill make no row, so that count starts again at 0. Prompts hold whole files and the whole ledger: a campaign of hundreds of rows needs a model
 with a long context. Answers reach the loop only after these checks, but what a diff does when it
 runs is judged by the run, as for any proposal.
 """
@@ -64,41 +65,40 @@ from autoresearch_skills.campaign.hypothesis import (
 )
 from autoresearch_skills.campaign.llm_endpoint import LOG_NAME, Call, Chat, Endpoint, endpoint_problems
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
+from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.gitflow import slugify
+from autoresearch_skills.outcome import Mode
 
 KINDS = ("llm", "llm_diff", "hybrid")
-MAX_DIFF_LINES = 200  # changed lines (+ and -): a rewrite of a whole training script is a new target
-STALL_THRESHOLD = 4  # rows since the best before hybrid turns to diffs
-MAX_REJECTED_DIFFS = 3  # diffs rejected in a row before hybrid goes back to knob values
 MAX_KNOBS_SHOWN = 200  # knobs listed when no space is given (a config file can hold thousands)
 SHOWN_CHARS = 300  # of a description or an answer, in a prompt or a reason
 
-PARAMETERS, DIFF = "parameters", "diff"
+PARAMETERS, DIFF = Mode.PARAMETERS, Mode.DIFF
 ROW_FIELDS = {f.name for f in fields(ledger.Row)}
 THINKING = re.compile(r"<think>.*?</think>", re.S)  # reasoning models' preamble: never the answer
 FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@(.*)$")
 
 
-def make(config: Mapping, attempted_slugs: set[str]) -> LlmPolicy:
-    """The policy for `config` (kind llm, llm_diff or hybrid); BadInput naming every problem."""
-    problems = policy_problems(config)
+def make(settings: PolicySettings, attempted_slugs: set[str]) -> LlmPolicy:
+    """The policy for `settings` (kind llm, llm_diff or hybrid); BadInput naming every problem."""
+    problems = policy_problems(settings)
     if problems:
         raise BadInput("; ".join(problems))
-    return LlmPolicy(dict(config), attempted_slugs)
+    return LlmPolicy(settings, attempted_slugs)
 
 
-def policy_problems(config: Mapping, environ: Mapping[str, str] | None = None) -> list[str]:
+def policy_problems(settings: PolicySettings, environ: Mapping[str, str] | None = None) -> list[str]:
     """What stops these settings from working, one sentence each, found without calling the model."""
-    problems = endpoint_problems(config, environ)
-    if not config.get("mutable"):
+    problems = endpoint_problems(settings, environ)
+    if not settings.mutable:
         problems.append(
             "`policy.mutable` must list the files the model may change (e.g. [train.py]): "
             "the llm policies never change a file it does not name"
         )
-    for section in ("space", "args"):
-        for name, spec in (config.get(section) or {}).items():
+    for section, specs in (("space", settings.space), ("args", settings.args)):
+        for name, spec in specs.items():
             problem = _spec_problem(spec)
             if problem:
                 problems.append(f"`policy.{section}.{name}`: {problem}")
@@ -115,16 +115,16 @@ def campaign_folder(context: Mapping) -> Path:
 class LlmPolicy(Policy):
     """kind llm, llm_diff or hybrid: one model, asked for knob values or diffs."""
 
-    def __init__(self, config: dict, attempted_slugs: set[str]):
-        super().__init__(config, attempted_slugs)
-        self.kind = config["kind"]
-        self.endpoint = Endpoint.from_policy(config)
-        self.space: dict = dict(config.get("space") or {})
-        self.args_space: dict = dict(config.get("args") or {})
-        self.required_calls = [str(c) for c in config.get("required_calls") or []]
-        self.max_diff_lines = int(config.get("max_diff_lines") or MAX_DIFF_LINES)
-        self.stall_threshold = int(config.get("stall_threshold") or STALL_THRESHOLD)
-        self.max_rejected_diffs = int(config.get("max_rejected_diffs") or MAX_REJECTED_DIFFS)
+    def __init__(self, settings: PolicySettings, attempted_slugs: set[str]):
+        super().__init__(settings, attempted_slugs)
+        self.kind = settings.kind
+        self.endpoint = Endpoint.from_policy(settings)
+        self.space: dict = dict(settings.space)
+        self.args_space: dict = dict(settings.args)
+        self.required_calls = list(settings.required_calls)
+        self.max_diff_lines = settings.max_diff_lines
+        self.stall_threshold = settings.stall_threshold
+        self.max_rejected_diffs = settings.max_rejected_diffs
         self.mode = DIFF if self.kind == "llm_diff" else PARAMETERS
         self.chat: Chat | None = None
         self.exchange: list[dict] = []  # the answers rejected since the last fresh request, and why
@@ -150,6 +150,7 @@ class LlmPolicy(Policy):
         else:
             proposal = self._diff(context, feedback)
         if proposal is not None and self.switch_note:
+            proposal.mode = str(self.mode)  # what the row's `mode` holds and a resume reads back
             proposal.description = f"[hybrid: {self.switch_note}] {proposal.description}"
             self.switch_note = ""
         return proposal
@@ -237,7 +238,7 @@ class LlmPolicy(Policy):
         why = " ".join(str(item.get("description") or "").split())
         files = knob_files(list(context["mutable_files"]), lambda path: context["mutable_files"].get(path))
         _check_changes(values, files, where)
-        earlier = _tried(said, context, taken)
+        earlier = _tried(said, {**values, **args}, context, taken)
         if earlier:
             raise Rejected(f"{where}: {said} was already tried ({earlier}): propose something new")
         proposal = Proposal.from_mapping(
@@ -343,17 +344,14 @@ def rows_of(context_rows: list[dict]) -> list[ledger.Row]:
     return [ledger.Row(**{k: v for k, v in r.items() if k in ROW_FIELDS}) for r in context_rows]
 
 
-HYBRID_NOTES = {"[hybrid: diffs after ": DIFF, "[hybrid: parameters again after ": PARAMETERS}
-
-
-def hybrid_mode(context_rows: list[dict]) -> tuple[str, int]:
-    """(mode, parameters_since) a hybrid policy left off in, from the notes its switches wrote."""
+def hybrid_mode(context_rows: list[dict]) -> tuple[Mode, int]:
+    """(mode, parameters_since) a hybrid policy left off in: the `mode` its last switch wrote in a
+    row, and for knob values the row it turned back at."""
     mode, since = PARAMETERS, 0
     for n, row in enumerate(context_rows):
-        description = str(row.get("description") or "")
-        for note, kind in HYBRID_NOTES.items():
-            if description.startswith(note):
-                mode, since = kind, (n if kind == PARAMETERS else since)
+        if row.get("mode"):
+            mode = Mode(row["mode"])
+            since = n if mode is PARAMETERS else since
     return mode, since
 
 
@@ -365,18 +363,21 @@ def runs_without_improvement(context_rows: list[dict], direction: str, after: in
     return sum(1 for n, r in enumerate(rows) if r.index > since and n >= after)
 
 
-def _tried(said: str, context: dict, taken: list[Proposal]) -> str:
-    """Where this change was tried or is running: `#3 lr-0-02 (keep)`, ""  when new."""
+def _tried(said: str, change: dict, context: dict, taken: list[Proposal]) -> str:
+    """Where this change (`said`: `set LR=0.02`; its knob values `change`) was tried or is running:
+    `#3 lr-0-02 (keep)`, "" when new. A row holds no knob values, only the description this policy
+    wrote for it (`set LR=0.02: why`); proposals running or just made are compared by their values."""
     for row in context.get("ledger") or []:
-        plain = noise.plain_description(str(row.get("description", "")))
-        if plain == said or plain.startswith(said + ":"):
+        written = str(row.get("description", ""))
+        if written == said or written.startswith(said + ":"):
             return f"#{row.get('index')} {Path(str(row.get('branch', ''))).name} ({row.get('status')})"
     for running in context.get("in_flight") or []:
-        plain = str(running.get("description") or "")
-        if plain == said or plain.startswith(said + ":"):
+        proposal = running.get("proposal") or {}
+        values = {**(proposal.get("set") or {}), **(proposal.get("args") or {})}
+        if values and values == change:
             return f"{running.get('slug')}, running now"
     for proposal in taken:
-        if proposal.description == said or proposal.description.startswith(said + ":"):
+        if {**proposal.set, **proposal.args} == change:
             return f"{proposal.slug}, earlier in this answer"
     return ""
 
@@ -808,10 +809,10 @@ def _history(context: dict) -> str:
         parent = by_commit.get(r.get("parent_commit"))
         if parent is not None and parent != r.get("index"):
             notes.append(f"from #{parent}")
-        for key in ("rerun_of", "runs", "sigma", "margin_sigma", "steps", "flags"):
+        for key in ("rerun_of", "runs", "sigma", "margin_sigma", "steps", "flags", "cause"):
             if r.get(key):
                 notes.append(f"{key} {r[key]}")
-        description = _shown(str(r.get("description") or ""))
+        description = _shown(rows_of([r])[0].with_reason())
         lines.append(
             f"#{r.get('index')} {Path(str(r.get('branch'))).name}: {status} {metric}={value} "
             f"({', '.join(notes)}) {description}"

@@ -3,19 +3,19 @@ retries, and the call log. Any server that speaks OpenAI's chat-completions prot
 llama.cpp's server, Ollama (`http://localhost:11434/v1`), hosted APIs.
 
 Contract:
-    endpoint_problems(config, environ)   one line per problem of a `policy:` block's endpoint
+    endpoint_problems(settings, environ) one line per problem of a `policy:` block's endpoint
                                          settings; [] when a call can be made
-    Endpoint.from_policy(config)         the settings, defaults filled in
+    Endpoint.from_policy(settings)       the endpoint those settings name
     Chat(endpoint, log_path, policy)     one conversation partner; `ask(messages, ...)` returns a
                                          `Call` holding the reply, or raises Rejected with the
                                          reason the loop records when no reply came
     Chat.record(call, verdict, ...)      appends the call's line to the log once the policy has
                                          judged the reply
 
-Settings (`policy:` keys): `base_url` (default: OPENAI_BASE_URL, then the SDK's own default, as the
-OpenAI SDK does), `model` (required), `api_key_env` (the name of the environment variable holding
-the key, default OPENAI_API_KEY), `request_timeout` (seconds one request may take), `request_retries`,
-`temperature` (unset: the server's default).
+Settings (`policy:` keys, typed and with their defaults in campaign/policy_settings.py): `base_url`
+(unset: OPENAI_BASE_URL, then the SDK's own default, as the OpenAI SDK does), `model` (required),
+`api_key_env` (the name of the environment variable holding the key), `request_timeout` (seconds one
+request may take), `request_retries`, `temperature` (unset: the server's default).
 
 The key. It is read from the environment when the first call is made and handed to the SDK only:
 campaign.yaml holds the variable's name, never its value; the call log, the errors raised and the
@@ -65,12 +65,10 @@ from urllib.parse import urlparse
 
 from autoresearch_skills.atomicfile import append_text
 from autoresearch_skills.campaign.hypothesis import Rejected
+from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.clock import now
 
-API_KEY_ENV = "OPENAI_API_KEY"  # the SDK's own default variable
 BASE_URL_ENV = "OPENAI_BASE_URL"
-REQUEST_TIMEOUT = 300.0  # seconds: a local model writing several proposals needs minutes, not the SDK's 10
-REQUEST_RETRIES = 3
 RETRY_STATUSES = (408, 409, 429)  # and every 5xx: what the SDK itself retries
 MAX_RETRY_AFTER = 60.0  # seconds: a server asking for longer is asked again sooner
 MAX_BACKOFF = 30.0
@@ -78,16 +76,16 @@ LOG_NAME = "llm_calls.jsonl"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def endpoint_problems(config: Mapping, environ: Mapping[str, str] | None = None) -> list[str]:
+def endpoint_problems(settings: PolicySettings, environ: Mapping[str, str] | None = None) -> list[str]:
     """Why no call could be made with these `policy:` settings, one sentence each; [] when fine."""
     environ = os.environ if environ is None else environ
     problems = []
-    if not isinstance(config.get("model"), str) or not config["model"].strip():
+    if not settings.model or not settings.model.strip():
         problems.append(
             "`policy.model` is required for the llm policies: the model name the endpoint serves "
             "(e.g. Qwen/Qwen2.5-Coder-32B-Instruct on vLLM, qwen2.5-coder:32b on Ollama)"
         )
-    base_url = config.get("base_url")
+    base_url = settings.base_url
     if base_url is not None:
         if not _is_url(base_url):
             problems.append(
@@ -95,8 +93,8 @@ def endpoint_problems(config: Mapping, environ: Mapping[str, str] | None = None)
             )
     elif environ.get(BASE_URL_ENV) and not _is_url(environ[BASE_URL_ENV]):
         problems.append(f"{BASE_URL_ENV} must be an http(s) URL such as http://localhost:8000/v1")
-    name = config.get("api_key_env", API_KEY_ENV)
-    if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+    name = settings.api_key_env
+    if not ENV_NAME.fullmatch(name):
         # a key pasted here would be copied into the campaign folder: refuse anything but a name
         problems.append(
             "`policy.api_key_env` must name an environment variable (e.g. OPENAI_API_KEY), not hold the key"
@@ -130,21 +128,21 @@ def _is_url(value: object) -> bool:
 @dataclass(frozen=True)
 class Endpoint:
     model: str
-    base_url: str | None = None  # None: OPENAI_BASE_URL, then the SDK's default
-    api_key_env: str = API_KEY_ENV
-    request_timeout: float = REQUEST_TIMEOUT
-    request_retries: int = REQUEST_RETRIES
-    temperature: float | None = None
+    base_url: str | None  # None: OPENAI_BASE_URL, then the SDK's default
+    api_key_env: str
+    request_timeout: float
+    request_retries: int
+    temperature: float | None
 
     @classmethod
-    def from_policy(cls, config: Mapping) -> Endpoint:
+    def from_policy(cls, settings: PolicySettings) -> Endpoint:
         return cls(
-            model=str(config["model"]),
-            base_url=config.get("base_url"),
-            api_key_env=str(config.get("api_key_env") or API_KEY_ENV),
-            request_timeout=float(config.get("request_timeout") or REQUEST_TIMEOUT),
-            request_retries=int(config.get("request_retries", REQUEST_RETRIES)),
-            temperature=config.get("temperature"),
+            model=str(settings.model),  # required: endpoint_problems refuses settings without one
+            base_url=settings.base_url,
+            api_key_env=settings.api_key_env,
+            request_timeout=float(settings.request_timeout),
+            request_retries=settings.request_retries,
+            temperature=settings.temperature,
         )
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import click
 
 from autoresearch_skills.campaign import experiment, noise, scheduler
+from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.proposals import (
     MAX_RETRIES,
     Proposal,
@@ -55,6 +56,7 @@ from autoresearch_skills.errors import (
     signal_exit_code,
     signal_name,
 )
+from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.yamlfile import read_yaml
 
 POLL = 1.0  # seconds between status lines while runs are in flight
@@ -183,7 +185,7 @@ def open_campaign(path: Path, cwd: Path = Path("."), warn: Callable[[str], None]
         )
         campaign.settings.stop = rules.to_dict()
         write_settings(campaign)
-    make_policy(config["policy"], set())  # refuse a bad policy now, not after the baseline
+    make_policy(PolicySettings.from_mapping(config["policy"]), set())  # refused now, not after the baseline
     return campaign
 
 
@@ -195,12 +197,13 @@ class Loop:
         self.campaign = campaign
         self.out = reporter
         self.interrupts = interrupts
-        policy = campaign.settings.policy or {}
-        self.mutable = list(policy.get("mutable") or [])
-        self.frozen = list(policy.get("frozen") or [])
-        self.parent = policy.get("parent", "best")
+        self.policy = policy_of(campaign)
+        self.mutable = list(self.policy.mutable)
+        self.frozen = list(self.policy.frozen)
+        self.parent = self.policy.parent
         self.pool = campaign.settings.pool()
         self.exhausted = False
+        self.broken = None  # the baseline's failed row, when no run of it finished
         self.refused_in_a_row = 0  # proposals given up in a row (each after its retries)
         self.refusal: str | None = None  # why the loop stopped asking: the last refusal
         self.cancelled: set[str] = set()
@@ -230,8 +233,11 @@ class Loop:
                 record = experiment.start_baseline(self.campaign)
                 self.launch(record.key)
                 self.wait_for({record.key})  # every proposal branches from a measured starting point
+            self.broken = self.broken_baseline()
+            if self.broken is not None:
+                return self.finish()
             in_flight = {e.slug for e in self.in_flight()}
-            policy = make_policy(s.policy, {Path(r.branch).name for r in self.campaign.rows()} | in_flight)
+            policy = make_policy(self.policy, {Path(r.branch).name for r in self.campaign.rows()} | in_flight)
             while True:
                 if not self.interrupts.requested and not self.exhausted and self.go_on(quiet=True):
                     self.fill_slots(policy)
@@ -246,6 +252,18 @@ class Loop:
 
     def in_flight(self) -> list[Experiment]:
         return scheduler.in_flight(self.campaign)
+
+    def broken_baseline(self):
+        """The baseline's last row when no run of it finished (and none is in flight): every
+        proposal would branch from a starting point that does not run, and crash alike."""
+        if not self.campaign.settings.require_baseline:
+            return None
+        runs = [r for r in self.campaign.rows() if Path(r.branch).name == "baseline"]
+        if not runs or any(r.status.is_finished() for r in runs):
+            return None
+        if any(e.slug == "baseline" for e in self.in_flight()):
+            return None
+        return runs[-1]
 
     def go_on(self, quiet: bool = False) -> bool:
         """Whether a new run may start: the stop rules allow it and nobody paused the campaign
@@ -300,7 +318,7 @@ class Loop:
             return
         rows = self.campaign.rows()
         last = next((r for r in reversed(rows) if r.rerun_of == str(action.rerun_of)), None)
-        if last is not None and last.status not in ("keep", "discard"):
+        if last is not None and not last.status.is_finished():
             return
         record = experiment.reopen(self.campaign, f"#{action.rerun_of}", "rerun")
         self.out.event(
@@ -313,7 +331,11 @@ class Loop:
             record = experiment.request_run(self.campaign, key)
         except experiment.StopConditionMet:
             experiment.record(
-                self.campaign, key, status="cancelled", reason="stop condition met before launch"
+                self.campaign,
+                key,
+                Status.CANCELLED,
+                CrashCause.STOP_RULE,
+                reason="stop condition met before launch",
             )
             return
         if record.phase is Phase.RUNNING:
@@ -409,7 +431,7 @@ class Loop:
         repo = self.campaign.repo
         rows = self.campaign.rows()
         start = experiment.resolve_parent(self.campaign, self.parent, rows)
-        program = repo / (self.campaign.settings.policy.get("program") or "program.md")
+        program = repo / self.policy.program
         mutable = {path: gitflow.git(repo, "show", f"{start}:{path}", check=False) for path in self.mutable}
         in_flight = [
             {"key": e.key, "slug": e.slug, "description": e.description, "branch": e.branch,
@@ -557,6 +579,17 @@ class Loop:
             for line in wrap_up(self.campaign):
                 self.out.event("finish", line)
         self.out.event("summary", f"ledger: {self.campaign.ledger}; best so far: {self.best_text()}")
+        if self.broken is not None:
+            row = self.broken
+            self.out.event(
+                "verdict",
+                f"baseline failed (#{row.index} {row.status.value}: {row.reason or 'no reason recorded'}): nothing "
+                f"else runs on a starting point that does not run; fix it, then `ars exp retry '#{row.index}'` "
+                "and `ars campaign resume`, or start a new campaign",
+                should_continue=False,
+                broken_baseline=True,
+            )
+            return 1
         if self.exhausted and verdict.should_continue and not self.interrupts.requested:
             # the closing line is what agents and scripts read: it must not say "go on" when
             # nothing is left to try
@@ -621,11 +654,17 @@ class Loop:
         return refusal
 
 
-def run_campaign(campaign: Campaign, on_interrupt: str = "wait", as_json: bool = False) -> int:
-    if not campaign.settings.policy:
+def policy_of(campaign: Campaign) -> PolicySettings:
+    """The campaign's `policy:`; BadInput when it has none (an agent drives it)."""
+    if campaign.settings.policy is None:
         raise BadInput(
             f"campaign {campaign.settings.name} has no policy: run it with `ars campaign run CAMPAIGN.yaml`"
         )
+    return campaign.settings.policy
+
+
+def run_campaign(campaign: Campaign, on_interrupt: str = "wait", as_json: bool = False) -> int:
+    policy_of(campaign)  # refused before anything starts
     campaign.settings.decide = "auto"  # nobody is there to decide by hand
     with Interrupts(on_interrupt) as interrupts:
         loop = Loop(campaign, Reporter(as_json), interrupts)

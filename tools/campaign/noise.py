@@ -63,16 +63,14 @@ is measured well enough for a 3-sigma gain to clear it; a best run three times k
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from statistics import NormalDist
 
-FINISHED = ("keep", "discard")  # statuses whose rows carry a metric
-CANDIDATE_FLAG = "candidate"
-# what the engine adds around a description: a rerun's "rerun of #N: ", a decision's " [status: reason]"
-RERUN_PREFIX = re.compile(r"\Arerun of #\d+: ")
-REASON_SUFFIX = re.compile(r" \[(?:keep|discard|candidate|crash|timeout|cancelled): .*\]\Z", re.DOTALL)
+from autoresearch_skills.outcome import Status
+
+FINISHED = (Status.KEEP, Status.DISCARD)  # the statuses of rows that carry a metric
+CANDIDATE_FLAG = Status.CANDIDATE.value  # a candidate's row: `discard` with this in its flags
 SHORT_RUN_SECONDS = 30 * 60  # under this per-run limit, the baseline is run more than once
 OUTLIER_SIGMAS = 5.0  # one value this far from the rest of its commit's runs is left out of sigma
 OUTLIER_MIN_DOF = 3  # ... only when the others still give sigma with this many degrees of freedom
@@ -162,7 +160,7 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Decision:
-    status: str  # keep | candidate | discard
+    status: Status  # keep, candidate or discard
     margin_sigma: float | None  # ahead (+) or behind (-) the best, in sigma of the difference
     runs: int  # runs pooled into this decision
     reason: str
@@ -172,9 +170,9 @@ class Decision:
     dof: int | None = None  # degrees of freedom of sigma; None: taken as exact, or no estimate
 
     @property
-    def row_status(self) -> str:
+    def row_status(self) -> Status:
         """The ledger status: a candidate is written as `discard` until a rerun confirms it."""
-        return "discard" if self.status == "candidate" else self.status
+        return self.status.row_status
 
     def ledger_fields(self) -> dict[str, str]:
         """The row's status and noise columns, as strings for `ledger.append`."""
@@ -183,7 +181,7 @@ class Decision:
             "sigma": f"{self.sigma:.4g}" if self.sigma is not None else "",  # the ledger keeps precision
             "margin_sigma": f"{self.margin_sigma:.2f}" if self.margin_sigma is not None else "",
             "runs": str(self.runs),
-            "flags": CANDIDATE_FLAG if self.status == "candidate" else "",
+            "flags": CANDIDATE_FLAG if self.status is Status.CANDIDATE else "",
         }
 
 
@@ -195,8 +193,8 @@ class Best:
 
     group: Group  # its finished runs: key (the first row's index), indexes, n, mean
     row: object  # the latest kept row of its commit: the columns `to_dict` shows (log, sigma ...)
-    description: str  # the hypothesis, without "rerun of #N: " or a trailing " [status: reason]"
-    status: str = "keep"  # its commit's decided status: never a candidate row's `discard`
+    description: str  # the hypothesis, as its commit's first row says it
+    status: Status = Status.KEEP  # its commit's decided status: never a candidate row's `discard`
 
     @property
     def key(self) -> int:
@@ -247,7 +245,7 @@ class Best:
         line += self.runs_text()
         line += f" on {self.branch}" if self.branch else ""
         line += f" @ {self.commit[:8]}" if self.commit else ""
-        about = " ".join(self.description.split())  # one line, whatever the description holds
+        about = one_line(self.description)
         return f"{line}: {about}" if about else line
 
     def to_dict(self) -> dict:
@@ -257,7 +255,7 @@ class Best:
             **self.row.to_dict(),
             "index": self.key,
             "metric_value": self.mean,
-            "status": self.status,
+            "status": str(self.status),
             "description": self.description,
             "indexes": list(self.indexes),
             "n": self.n,
@@ -315,7 +313,7 @@ def groups(rows, fingerprint: str | None = None) -> dict[int, Group]:
             fingerprint=rs[0].fingerprint,
             indexes=[r.index for r in rs],
             values=[r.metric_value for r in rs],
-            kept=any(r.status == "keep" for r in rs),
+            kept=any(r.status == Status.KEEP for r in rs),
             candidate=CANDIDATE_FLAG in _flags(rs[-1]),
         )
         for key, rs in members.items()
@@ -485,15 +483,14 @@ def best(rows, direction: str, fingerprint: str | None = None) -> Best | None:
         return None
     members = {r.index: r for r in rows if r.fingerprint == fingerprint and r.status in FINISHED}
     runs = [members[i] for i in group.indexes]
-    shown = [r for r in runs if r.status == "keep"][-1]
-    said = [plain_description(r.description) for r in (runs[0], shown)]
+    shown = [r for r in runs if r.status == Status.KEEP][-1]
+    said = [r.description for r in (runs[0], shown)]
     return Best(group, shown, next((d for d in said if d), ""))
 
 
-def plain_description(text: str) -> str:
-    """A row's description as the hypothesis was written: without the "rerun of #N: " a rerun's
-    row starts with, or the " [status: reason]" a decision with a reason ends with."""
-    return REASON_SUFFIX.sub("", RERUN_PREFIX.sub("", text))
+def one_line(text: str) -> str:
+    """Text on one line, whatever it holds: runs of white space (newlines too) as one space."""
+    return " ".join(text.split())
 
 
 # ---------------------------------------------------------------- decisions
@@ -528,7 +525,7 @@ def decide(
     n = len(values)
     mean = mean_of(values)
     if best is None:
-        return Decision("keep", None, n, "first result", sigma, mean, dof=dof)
+        return Decision(Status.KEEP, None, n, "first result", sigma, mean, dof=dof)
     ahead = best.mean - mean if direction == "min" else mean - best.mean
     about = f"the best {_num(best.mean)} (#{best.key}, {_runs(best.n)})"
     subject = f"pooled mean {_num(mean)} over {n} runs" if n > 1 else ""
@@ -541,7 +538,7 @@ def decide(
             "gave identical values, too few to call the target deterministic: confirm with a rerun"
         ).lstrip()
         if n < policy.max_runs:
-            return Decision("candidate", None, n, reason, sigma, mean, best.key, dof)
+            return Decision(Status.CANDIDATE, None, n, reason, sigma, mean, best.key, dof)
     if not sigma:  # None: no estimate yet; 0.0: identical runs, so any difference is real
         if sigma is None:
             why = "no noise estimate yet (no commit has 2 finished runs)"
@@ -552,7 +549,7 @@ def decide(
         else:
             why = f"repeated runs gave identical values ({dof} df over {_count(commits, 'commit')}), so any difference counts"
         verb = "ties" if ahead == 0 else "beats" if ahead > 0 else "does not beat"
-        status = "keep" if ahead > 0 or (ahead == 0 and keep_ties) else "discard"
+        status = Status.KEEP if ahead > 0 or (ahead == 0 and keep_ties) else Status.DISCARD
         reason = f"{subject} {verb} {about}; {why}".lstrip()
         return Decision(status, None, n, reason, sigma, mean, best.key, dof)
 
@@ -569,38 +566,40 @@ def decide(
         needed = f", {_line_text(keep_at)} needed"
     lead = f"confirmation: {subject} " if n > 1 else ""
 
-    def decision(status: str, reason: str) -> Decision:
+    def decision(status: Status, reason: str) -> Decision:
         return Decision(status, z, n, reason, sigma, mean, best.key, dof)
 
     if ahead == 0:
-        status = "keep" if keep_ties else "discard"
+        status = Status.KEEP if keep_ties else Status.DISCARD
         return decision(status, f"{lead}ties {about}, within noise ({noise})")
     if z >= keep_at:
         verb = f"confirmed: {subject} beats" if n > 1 else "beats"
-        return decision("keep", f"{verb} {about} by {z:.1f} sigma{needed} ({noise})")
+        return decision(Status.KEEP, f"{verb} {about} by {z:.1f} sigma{needed} ({noise})")
     if z > floor_at and n < policy.max_runs:
         if n == 1:
             return decision(
-                "candidate",
+                Status.CANDIDATE,
                 f"within noise of {about}: ahead by {z:.1f} sigma{needed} ({noise}): confirm with a rerun",
             )
         return decision(
-            "candidate",
+            Status.CANDIDATE,
             f"{lead}is still within noise of {about}: ahead by {z:.1f} sigma, "
             f"{_line_text(keep_at)} needed ({noise}): confirm with another rerun",
         )
     if z > 0 and n > 1:
         return decision(
-            "discard", f"{lead}beats {about} by only {z:.1f} sigma, {_line_text(keep_at)} needed ({noise})"
+            Status.DISCARD,
+            f"{lead}beats {about} by only {z:.1f} sigma, {_line_text(keep_at)} needed ({noise})",
         )
     if z > 0:
         return decision(
-            "discard", f"within noise of {about}: ahead by only {z:.1f} sigma, not worth a rerun ({noise})"
+            Status.DISCARD,
+            f"within noise of {about}: ahead by only {z:.1f} sigma, not worth a rerun ({noise})",
         )
     if z > -t_line(policy.margin, dof):
-        return decision("discard", f"{lead}{'is ' if n > 1 else ''}within noise of {about}: "
+        return decision(Status.DISCARD, f"{lead}{'is ' if n > 1 else ''}within noise of {about}: "
                         f"behind by {-z:.1f} sigma ({noise})")  # fmt: skip
-    return decision("discard", f"{lead}does not beat {about}: behind by {-z:.1f} sigma ({noise})")
+    return decision(Status.DISCARD, f"{lead}does not beat {about}: behind by {-z:.1f} sigma ({noise})")
 
 
 def assess(
@@ -634,7 +633,7 @@ def assess(
         which = "the best" if best is own else "kept commit"
         reason = f"rerun of {which} #{own.key}: mean {_num(mean)} over {len(values)} runs"
         return Decision(
-            "keep",
+            Status.KEEP,
             None,
             len(values),
             reason,

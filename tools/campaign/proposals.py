@@ -40,6 +40,7 @@ from autoresearch_skills.campaign.hypothesis import (
     knob_files,
     validate,
 )
+from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.gitflow import slugify
 
@@ -59,7 +60,6 @@ __all__ = [  # the proposal's own parts live in campaign/hypothesis.py; the loop
     "validate",
 ]
 
-PROPOSER_TIMEOUT = 900.0  # seconds an external proposer may think
 MAX_RETRIES = 2  # rejected proposals are fed back this many times before the proposal is given up
 
 
@@ -100,21 +100,21 @@ def _draw(spec, rng: random.Random):
 class StaticPolicy(Policy):
     """queue, grid and random: a fixed sequence, skipping what an earlier run already attempted."""
 
-    def __init__(self, config: dict, attempted_slugs: set[str]):
-        super().__init__(config, attempted_slugs)
+    def __init__(self, settings: PolicySettings, attempted_slugs: set[str]):
+        super().__init__(settings, attempted_slugs)
         self.items = self._sequence()
 
     def _sequence(self) -> Iterator[Proposal]:
-        kind = self.config["kind"]
+        kind = self.settings.kind
         if kind == "queue":
-            for n, item in enumerate(self.config.get("queue") or [], start=1):
+            for n, item in enumerate(self.settings.queue, start=1):
                 try:
                     yield Proposal.from_mapping(item, f"queue item {n}")
                 except Rejected as err:
                     raise BadInput(str(err)) from None
             return
-        space, args = self.config.get("space") or {}, self.config.get("args") or {}
-        if not isinstance(space, dict) or not isinstance(args, dict) or not (space or args):
+        space, args = self.settings.space, self.settings.args
+        if not (space or args):
             raise BadInput(
                 f"policy {kind} needs `space:` (knobs of the mutable files) or `args:` (command-line "
                 "arguments): a mapping of names to values"
@@ -123,8 +123,8 @@ class StaticPolicy(Policy):
         if kind == "grid":
             draws: Iterator[dict] = _grid(both)
         else:
-            rng = random.Random(self.config.get("seed", 0))
-            count = int(self.config.get("samples", 8))
+            rng = random.Random(self.settings.seed)
+            count = self.settings.samples
             draws = ({key: _draw(spec, rng) for key, spec in both.items()} for _ in range(count))
         for values in draws:
             yield _proposal(
@@ -145,14 +145,14 @@ class CommandPolicy(Policy):
     """An external proposer: JSON in on stdin, one JSON proposal out on stdout."""
 
     def next(self, context: dict, feedback: str | None = None) -> Proposal | None:
-        command = self.config.get("command")
+        command = self.settings.command
         if not command:
             raise BadInput("policy kind `command` needs `command:` (the proposer to run)")
         request = {**context, "feedback": feedback}
         try:
             result = subprocess.run(
                 command, shell=isinstance(command, str), input=json.dumps(request), capture_output=True, text=True,
-                timeout=float(self.config.get("timeout", PROPOSER_TIMEOUT)), cwd=context.get("workdir"),
+                timeout=self.settings.timeout, cwd=context.get("workdir"),
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise Rejected("the proposer did not answer in time") from None
@@ -168,12 +168,12 @@ class CommandPolicy(Policy):
         return Proposal.from_mapping(data, "proposer answer")
 
 
-def make_policy(config: dict, attempted_slugs: set[str]) -> Policy:
-    kind = (config or {}).get("kind")
+def make_policy(settings: PolicySettings, attempted_slugs: set[str]) -> Policy:
+    kind = settings.kind
     if kind in ("queue", "grid", "random"):
-        return StaticPolicy(config, attempted_slugs)
+        return StaticPolicy(settings, attempted_slugs)
     if kind == "command":
-        return CommandPolicy(config, attempted_slugs)
+        return CommandPolicy(settings, attempted_slugs)
     if kind in llm.KINDS:
-        return llm.make(config, attempted_slugs)
+        return llm.make(settings, attempted_slugs)
     raise BadInput(f"policy.kind must be queue, grid, random, command, {', '.join(llm.KINDS)} (got {kind!r})")

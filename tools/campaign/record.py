@@ -3,7 +3,7 @@ experiment between its opening (`ars exp start`, a proposal, a rerun) and its le
 
     Experiment   one attempt: its branch and workdir, its phase, its run, its result
     Phase        opening -> open -> queued -> running [-> decide]; the row ends it
-    Result       a finished run judged: status, reason, metric, pace, noise fields, flags
+    Result       a finished run judged: status, cause, reason, metric, pace, noise fields, flags
     Overrides    an attempt's own run settings (a blueprint: command, cwd, timeout, GPUs ...)
     Closed       what is remembered of a recorded attempt, so a fix-up or a rerun can find it
 
@@ -26,6 +26,7 @@ from enum import Enum
 from pathlib import Path
 
 from autoresearch_skills.launch.base import Run
+from autoresearch_skills.outcome import CrashCause, Status
 
 
 class Phase(str, Enum):
@@ -71,9 +72,10 @@ class Overrides:
 
 @dataclass
 class Result:
-    """A finished run, judged (campaign/judge.py)."""
+    """A finished run, judged (campaign/judge.py). Decisions read `status` and `cause`; `reason`
+    says the same to people, in words that may change."""
 
-    status: str  # keep | discard | crash | timeout | cancelled
+    status: Status
     reason: str
     metric_value: float | None = None
     memory_gb: float = 0.0
@@ -81,22 +83,28 @@ class Result:
     state: str = ""  # the launcher's final state: exited, timeout, cancelled, lost
     ended_at: str = ""
     elapsed_min: float = 0.0
-    decision: str | None = None  # the noise rule's: keep | candidate | discard
+    decision: Status | None = None  # the noise rule's: keep, candidate or discard
     noise: dict = field(default_factory=dict)  # the ledger's noise columns (sigma, margin_sigma, runs)
     steps: int | None = None
     throughput: float | None = None
     throughput_key: str | None = None
     flags: list[str] = field(default_factory=list)
+    cause: CrashCause | None = None  # why it has no metric (crash, timeout, cancelled)
+
+    def __post_init__(self) -> None:  # state.json holds them as text
+        self.status = Status(self.status)
+        self.cause = CrashCause(self.cause) if self.cause else None
+        self.decision = Status(self.decision) if self.decision else None
 
     @property
     def has_metric(self) -> bool:
-        return self.status in ("keep", "discard")
+        return self.status.is_finished()
 
     def shown_status(self) -> str:
         """The status as people read it: a candidate is written as discard until a rerun keeps it."""
-        if self.decision == "candidate":
+        if self.decision is Status.CANDIDATE:
             return "candidate (written as discard until a rerun confirms it)"
-        return self.status
+        return str(self.status)
 
 
 @dataclass
@@ -195,7 +203,7 @@ class Closed:
     description: str
     branch: str
     row: int
-    status: str
+    status: Status | None  # its row's; None in a record that lost it
     parent_ref: str | None = None
     parent_commit: str | None = None
     workdir: str | None = None
@@ -203,8 +211,11 @@ class Closed:
     overrides: Overrides | None = None
     args: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:  # state.json holds it as text
+        self.status = Status(self.status) if self.status else None
+
     @classmethod
-    def of(cls, experiment: Experiment, row: int, status: str) -> Closed:
+    def of(cls, experiment: Experiment, row: int, status: Status) -> Closed:
         return cls(
             slug=experiment.slug, description=experiment.description, branch=experiment.branch,
             row=row, status=status, parent_ref=experiment.parent_ref, parent_commit=experiment.parent_commit,
@@ -224,7 +235,7 @@ class Closed:
         values.setdefault("description", "")
         values.setdefault("branch", "")
         values.setdefault("row", -1)
-        values.setdefault("status", "")
+        values.setdefault("status", None)
         values["snapshot"] = values.get("snapshot") or {}
         values["args"] = values.get("args") or {}
         if isinstance(values.get("overrides"), dict):

@@ -1,35 +1,52 @@
 """Every campaign setting, declared once: its key, type and check, default, and one line of help.
 
-    SETTINGS                  the top-level keys of campaign.yaml, in the order a campaign folder's copy lists them
-    POLICY                    the keys under `policy:` (where the unattended loop's hypotheses come from)
-    Settings                  one campaign's settings: a dataclass whose fields and defaults are SETTINGS'
+    Settings                  one campaign's settings: each field's name, type and default, in the order a
+                              campaign folder's campaign.yaml lists them; `policy`, `watch` and
+                              `metric_source` are typed sections (PolicySettings, WatchSettings, MetricSource)
+    SETTINGS                  the top-level keys: each one's check, help and `ars campaign init` form; its
+                              default is read from the Settings field of that name
+    POLICY                    the same for the keys under `policy:`, whose fields and defaults are
+                              campaign/policy_settings.PolicySettings' (that module sits below the policies)
+    Settings.from_mapping(m)  the settings a campaign.yaml mapping describes; `to_mapping()` writes it back
     check_keys(data, where)   BadInput naming every unknown key and the known key it is closest to
     reference_table()         the tables of references/campaign-settings.md
 
-Three readers are built from this table, so they cannot drift from it or from each other:
+A type and a default are written once, in a dataclass a type checker reads (`s.policy.timeout` is a
+float to mypy and to the reader who jumps to its definition); a key's check, help and command-line
+form are written once, in the tables. `_declared` joins the two when this module loads and refuses a
+default written in a table, and tests/test_settings.py holds them to the same names, order and types.
+Three readers are built from the tables, so they cannot drift from them or from each other:
 campaign.yaml validation (unknown keys here; types, ranges and the rest in campaign/config.py), the
-`Settings` object (below: `make_dataclass` over SETTINGS), and the options of `ars campaign init`
-(campaign/cli.py: `gpus_per_run` becomes `--gpus-per-run`, a choice a click.Choice, a boolean a
-flag, a list of paths a repeatable option; help and default come from here). A mapping (`policy`, `watch`,
-`metric_source`) has no command-line form: it is set in campaign.yaml only.
+options of `ars campaign init` (campaign/cli.py: `gpus_per_run` becomes `--gpus-per-run`, a choice
+a click.Choice, a boolean a flag, a list of paths a repeatable option; help and default come from
+here), and the reference page. A section (`policy`, `watch`, `metric_source`) has no command-line
+form: it is set in campaign.yaml only.
 
-A campaign.yaml written by an earlier release reads as it did: its keys are these keys.
+A campaign.yaml written by an earlier release reads as it did: its keys are these keys, and a
+section is written back as the mapping it was read from (its keys at their default left out).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
+from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.pool import GPU_SPELLINGS, Pool, parse_gpu_spec
 from autoresearch_skills.clock import parse_duration
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch import LAUNCHERS
 from autoresearch_skills.metrics import compile_pattern
+
+if TYPE_CHECKING:  # loaded when a campaign has these sections: a hook that loads a campaign stays fast
+    from autoresearch_skills.campaign.noise import Policy as NoisePolicy
+    from autoresearch_skills.runwatch import WatchPolicy, WatchSettings
+    from autoresearch_skills.sources.reading import MetricSource
+    from autoresearch_skills.stoprule import StopRules
 
 PRESETS = ("karpathy", "nemo-rl", "verl", "agentjet", "generic")  # how a run log is read (metrics.py)
 PRUNE_RULES = ("off", "median", "forecast", "both")  # runwatch.PRUNE_RULES (a test keeps them equal)
@@ -48,7 +65,7 @@ class Kind:
     test: Callable[[Any], bool]
     what: str
     form: str = "text"  # text | choice | integer | number | flag | paths | folder; mapping: in a file only
-    py: str = "str"  # the Python type of the value: the Settings field's annotation
+    py: str = "str"  # the Python type of the value: the annotation of its field (" | None" when unset)
     choices: Callable[[], tuple[str, ...]] = tuple  # choice: the options
     minimum: float | None = None  # integer, number: the smallest value allowed ...
     open_minimum: bool = False  # ... or the bound the value must be above
@@ -59,8 +76,8 @@ class Kind:
 class Key:
     name: str
     kind: Kind
-    default: Any
     help: str
+    default: Any = None  # read from the dataclass field of the same name (`_declared`), never written here
     required: bool = False  # a campaign file (`ars campaign run`) must set it
     written: bool = False  # ars fills it in at init: a Settings field without default
     internal: bool = False  # only ars writes it; users never do
@@ -156,7 +173,14 @@ def boolean() -> Kind:
 
 
 def mapping() -> Kind:
-    return Kind(lambda v: isinstance(v, dict), "a mapping (key: value lines)", form="mapping", py="dict")
+    return Kind(
+        lambda v: isinstance(v, dict), "a mapping (key: value lines)", form="mapping", py="dict[str, Any]"
+    )
+
+
+def section(typed: str) -> Kind:
+    """A mapping read into a typed section (`typed`: its class), e.g. `policy:` into PolicySettings."""
+    return Kind(lambda v: isinstance(v, dict), "a mapping (key: value lines)", form="mapping", py=typed)
 
 
 def paths() -> Kind:
@@ -164,7 +188,7 @@ def paths() -> Kind:
         lambda v: isinstance(v, list) and all(isinstance(p, str) and p.strip() for p in v),
         "a list of file paths, e.g. [train.py]",
         form="paths",
-        py="list",
+        py="list[str]",
     )
 
 
@@ -178,7 +202,7 @@ def duration() -> Kind:
             return False
         return True
 
-    return Kind(test, "a duration such as 90s, 20m or 1h30m")
+    return Kind(test, "a duration such as 90s, 20m or 1h30m", py="str | float")
 
 
 def command_line() -> Kind:
@@ -188,6 +212,7 @@ def command_line() -> Kind:
             or (isinstance(v, list) and bool(v) and all(isinstance(p, str) for p in v))
         ),
         "a command line (text) or a list of arguments",
+        py="str | list[str]",
     )
 
 
@@ -195,7 +220,7 @@ def stop_rules() -> Kind:
     return Kind(
         lambda v: isinstance(v, (str, dict)),
         'stop rules in words ("24 experiments or 6h total") or a mapping',
-        py="dict",
+        py="dict[str, Any]",
     )
 
 
@@ -217,7 +242,7 @@ def gpus() -> Kind:
             return err.message
         return None
 
-    return Kind(lambda v: problem(v) is None, GPU_SPELLINGS, py="str | int | list", explain=problem)
+    return Kind(lambda v: problem(v) is None, GPU_SPELLINGS, py="str | int | list[int]", explain=problem)
 
 
 def value_pattern() -> Kind:
@@ -249,83 +274,260 @@ def policy_queue() -> Kind:
     return Kind(
         lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v),
         "a list of {slug, description, set or patch}",
+        py="list[dict[str, Any]]",
     )
+
+
+# ---------------------------------------------------------------- the settings object
+
+
+@dataclass
+class Settings:
+    """campaign.yaml in a campaign folder: everything decided up front, so a resumed agent decides
+    nothing twice. The first seven are written by `ars` at init; the rest take these defaults. Each
+    key's check and help: SETTINGS."""
+
+    # fmt: off
+    name: str
+    metric: str
+    direction: str
+    command: str
+    repo: str
+    prefix: str
+    created_at: str
+    preset: str = "karpathy"
+    launcher: str = "local"
+    stop_text: str = ""
+    stop: dict[str, Any] = field(default_factory=dict)          # stoprule's mapping, fixed at init
+    strategy: str = "branches"
+    worktrees: str = "auto"
+    decide: str = "auto"
+    keep_ties: bool = False
+    require_baseline: bool = True
+    tmux_socket: str | None = None
+    keep_sessions: int = 5
+    policy: PolicySettings | None = None                         # None: no loop proposes (`policy: {}`)
+    parallel: int | None = None                                  # None: 1, or as many as fit in `gpus`
+    gpus: str | int | list[int] | None = None
+    gpus_per_run: int | None = None
+    partition: str | int | None = None
+    mem: str | int | None = None
+    cpus: str | int | None = None
+    baseline_repeats: int | None = None                          # None: campaign/noise.py's, by run length
+    noise_margin: float | None = None                            # None: campaign/noise.py's
+    comparable_margin: float = 0.2
+    frozen: list[str] = field(default_factory=list)
+    mutable: list[str] = field(default_factory=list)
+    watch: WatchSettings | None = None                           # None: the watcher's defaults
+    prune: str | bool | None = None                              # None: by run length (prune_rule)
+    metric_source: MetricSource | None = None                    # None: the run log, by `preset`
+    first_step_timeout: str | float | None = None                # None: anomalies.WATCH_DEFAULTS
+    throughput_key: str | None = None
+    max_commit_mb: float = 5
+    pattern: str | None = None
+    worktree_include: list[str] = field(default_factory=list)
+    carry_copy_mb: float = 100
+    args_style: str = "flags"
+    ray_address: str | None = None
+    ray_working_dir: str | None = None
+    keep_sessions_at_end: bool = False
+    # fmt: on
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Settings:
+        """The settings a campaign.yaml mapping holds, each section read into its type; an empty
+        section is None (`policy: {}`: no policy). Keys are checked by `check_keys` first; a section
+        that cannot be read raises BadInput in one line, a field missing or unknown TypeError."""
+        values = dict(data)
+        for name in ("policy", "watch", "metric_source"):
+            if values.get(name) is not None and not isinstance(values[name], Mapping):
+                raise BadInput(f"`{name}` must be {SETTINGS[name].kind.what} (got {shown(values[name])})")
+            if name in values and not values[name]:
+                values[name] = None
+        if values.get("policy") is not None:
+            if "kind" not in values["policy"]:
+                raise BadInput(
+                    "`policy` needs `kind` (queue, grid, random, command, llm, llm_diff or hybrid)"
+                )
+            values["policy"] = PolicySettings.from_mapping(values["policy"])
+        if values.get("watch") is not None:
+            from autoresearch_skills.runwatch import WatchSettings
+
+            values["watch"] = WatchSettings.from_mapping(values["watch"])
+        if values.get("metric_source") is not None:
+            from autoresearch_skills.sources.reading import MetricSource
+
+            values["metric_source"] = MetricSource.from_mapping(values["metric_source"])
+        return cls(**values)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The mapping campaign.yaml holds, in field order; each section as the mapping it is read from."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["policy"] = self.policy.to_mapping() if self.policy else {}
+        data["watch"] = self.watch.to_mapping() if self.watch else {}
+        data["metric_source"] = self.metric_source.to_mapping() if self.metric_source else None
+        return data
+
+    # ------------------------------------------------------------ what the settings imply
+
+    def stop_rules(self) -> StopRules:
+        from autoresearch_skills.stoprule import from_mapping
+
+        return from_mapping(self.stop, source="campaign.yaml stop")
+
+    def prune_rule(self) -> str:
+        """The early-stopping rule in force. Unset: the median rule for runs longer than 10 minutes
+        (bench/bench_prune.py: about half the compute saved, under 1% of eventual winners stopped),
+        off for shorter ones, whose curves are too short to judge."""
+        if self.prune is not None:
+            return "off" if self.prune is False else str(self.prune)
+        per_run = self.stop_rules().per_run_timeout
+        return "median" if per_run and per_run > 600 else "off"
+
+    def noise_policy(self) -> NoisePolicy:
+        """The keep/discard rule that knows the noise (campaign/noise.py): every new best, the
+        baseline first, is run `baseline_repeats` times; a result within noise is a candidate."""
+        from autoresearch_skills.campaign.noise import default_policy
+
+        changes: dict[str, Any] = {"keep_ties": bool(self.keep_ties)}
+        if self.noise_margin is not None:
+            changes["margin"] = float(self.noise_margin)
+        if self.baseline_repeats is not None:
+            changes["best_runs"] = int(self.baseline_repeats)
+        return default_policy(self.stop_rules().per_run_timeout, **changes)
+
+    def watch_policy(self, own: Mapping[str, Any] | None = None) -> WatchPolicy:
+        """How runs are watched: `watch:` over the defaults, and `own` over both (an experiment's own
+        watch settings: a blueprint's first-step line and timeout). `first_step_timeout:` at the top
+        level wins over the default, not over a `first_step_timeout` under `watch:`."""
+        from autoresearch_skills.runwatch import WatchPolicy, WatchSettings
+
+        watch = self.watch or WatchSettings()
+        if own:
+            watch = watch.updated(own)
+        return WatchPolicy.from_settings(
+            watch, self.prune_rule(), self.first_step_timeout, preset=self.preset
+        )
+
+    def metric_reading(self) -> MetricSource | None:
+        """Where the metric comes from when not the run log read with `preset`: `metric_source:`,
+        or `pattern:` (the run log through that regex). Every reader of a run's metric (judging,
+        watching, pruning) asks this, so the two spellings cannot mean different things."""
+        if self.metric_source is not None:
+            return self.metric_source
+        if self.pattern:
+            from autoresearch_skills.sources.reading import MetricSource
+
+            return MetricSource(kind="log", pattern=self.pattern)
+        return None
+
+    def frozen_paths(self) -> list[str]:
+        """Files no experiment may change: `frozen:` and the loop policy's `frozen:`."""
+        listed = [*self.frozen, *(self.policy.frozen if self.policy else [])]
+        return list(dict.fromkeys(str(p) for p in listed))
+
+    def pool(self) -> Pool:
+        return Pool.from_settings(self.parallel, self.gpus, self.gpus_per_run, self.launcher)
+
+
+def _declared(typed: type, keys: list[Key]) -> dict[str, Key]:
+    """The table of `keys`, each with its default read from `typed`'s field of the same name (the
+    dataclass holds the one written default; a table that writes one too is refused here)."""
+    fields = {f.name: f for f in dataclasses.fields(typed)}
+    table = {}
+    for key in keys:
+        if key.name in fields:
+            if key.default is not None:
+                raise TypeError(
+                    f"{key.name}: write its default on the {typed.__name__} field, not in the table"
+                )
+            key = dataclasses.replace(key, default=_default_of(fields[key.name]))
+        table[key.name] = key
+    return table
+
+
+def _default_of(spec: dataclasses.Field) -> Any:
+    if spec.default is not dataclasses.MISSING:
+        return spec.default
+    if spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory()
+    return None  # set at init, or required
 
 
 # ---------------------------------------------------------------- the declaration
 
 # fmt: off
-SETTINGS: dict[str, Key] = {k.name: k for k in [
-    Key("name", text(), None, "campaign name: its folder and the branch prefix autoresearch/<date>-<name>", required=True, written=True, where="argument"),
-    Key("metric", text(), None, "the metric the ledger ranks attempts by, e.g. val_bpb", required=True, written=True),
-    Key("direction", choice("min", "max"), None, "min: lower is better; max: higher is better", required=True, written=True),
-    Key("command", text(), None, 'the training command, run in the experiment\'s checkout, e.g. "uv run train.py"', required=True, written=True),
-    Key("repo", text(), None, "the repository's root", written=True, internal=True),
-    Key("prefix", text(), None, "branch prefix (default autoresearch/<YYYYmmdd>-<name>)", written=True),
-    Key("folder", folder(), None, f"campaign folder (default {CAMPAIGNS_DIR.as_posix()}/<name>)", stored=False, flags=("--dir",)),
-    Key("created_at", text(), None, "when the campaign started (the deadline is fixed from it)", written=True, internal=True),
-    Key("preset", choice(*PRESETS), "karpathy", "how the metric is read from the run log; a name the preset does not know is found as the log prints it (`val loss 2.40`)"),
-    Key("launcher", lazy_choice(launchers, "one of local, tmux, slurm, ray"), "local", "where runs start: local, tmux, slurm or ray"),
-    Key("stop_text", Kind(lambda v: isinstance(v, str), "a text"), "", "the stop rules as the user wrote them", internal=True),
-    Key("stop", stop_rules(), {}, 'stop rules in words ("24 experiments or 6h total, 10m each") or, in a file, a mapping; none: baseline plus three, then stop'),
-    Key("strategy", choice("branches", "ratchet"), "branches", "branches: one branch per hypothesis; ratchet: one branch reset on discard (only when asked for)"),
-    Key("worktrees", choice("auto", "always", "off"), "auto", "run in a git worktree when the tree has uncommitted changes (auto), always, or refuse (off)"),
-    Key("decide", choice("auto", "manual"), "auto", "manual: `ars exp mark` writes each row"),
-    Key("keep_ties", boolean(), False, "a result equal to the best counts as kept"),
-    Key("require_baseline", boolean(), True, "experiments wait for a recorded baseline"),
-    Key("tmux_socket", text(), None, "private tmux server for the runs (tmux -L NAME, or -S PATH)", flags=("--tmux-socket", "--socket")),
-    Key("keep_sessions", integer(0), 5, "tmux sessions of the latest finished runs left open while the campaign runs; older ones are closed, and all of them at its end unless `keep_sessions_at_end` (logs stay)"),
-    Key("policy", mapping(), {}, "where the unattended loop's hypotheses come from (the policy keys below); `ars campaign run` needs it", required=True, where="file"),
-    Key("parallel", integer(1), None, "experiments in flight at once (default 1, or as many as fit in `gpus`)"),
-    Key("gpus", gpus(), None, "the GPU pool: a count (4: devices 0-3) or device ids (0-7, 0,1,2,3, `4,` or [4] for device 4 alone); each run gets its own CUDA_VISIBLE_DEVICES"),
-    Key("gpus_per_run", integer(1), None, "GPUs each run gets from the pool, or asks Slurm for (default 1)"),
-    Key("partition", slurm_value(), None, "Slurm: the partition (sbatch --partition)"),
-    Key("mem", slurm_value(), None, "Slurm: memory per run (sbatch --mem), e.g. 64G"),
-    Key("cpus", slurm_value(), None, "Slurm: CPUs per run (sbatch --cpus-per-task)"),
-    Key("baseline_repeats", integer(1), None, "baseline runs, to measure the noise between identical runs (default 4 when runs are under 30 min, else 1); every new best is run as often"),
-    Key("noise_margin", number(above=0), None, "a pooled mean of 2 runs is kept when it leads the best by this many sigma of the difference, 0.15 less per further run, as a Student t line at sigma's degrees of freedom (default 2.5)"),
-    Key("comparable_margin", number(at_least=0), 0.2, "how far (as a fraction) steps or throughput may differ from the parent's for rows to be ranked together"),
-    Key("frozen", paths(), [], "files no experiment may change (the evaluation, e.g. prepare.py)"),
-    Key("mutable", paths(), [], "the only files experiments may change; the loop's proposals follow `policy.mutable`", where="file"),
-    Key("watch", mapping(), {}, "anomaly checks while a run goes: per kind cancel, warn or ignore; stall_after, first_step (references/anomaly-catalogue.md)", where="file"),
-    Key("prune", prune_rule(), None, "early stopping: off, median, forecast or both (default: median for runs over 10 min, else off)"),
-    Key("metric_source", mapping(), None, "where the metric comes from when not the run log (jsonl, tensorboard, wandb, mlflow)", where="file"),
-    Key("first_step_timeout", duration(), None, "cancel a run that has not logged its first step in this long (default 20m)"),
-    Key("throughput_key", text(), None, "the log key for throughput (default: tokens/s, samples/s or it/s, read from the progress lines; references/metric-presets.md)"),
-    Key("max_commit_mb", number(above=0), 5, "new files larger than this many MB stay out of hypothesis commits"),
-    Key("pattern", value_pattern(), None, "a regex that reads the metric from the run log instead of the preset, as `ars metric extract --pattern`: one capture group, or (?P<value>..)"),
-    Key("worktree_include", paths(), [], "gitignore patterns of ignored files (prepared data, .env, tokenizers) carried into every experiment's worktree, as .worktreeinclude lines are", flags=("--worktree-include", "--include")),
-    Key("carry_copy_mb", number(at_least=0), 100, "carried files up to this many MB are copied into a worktree where the filesystem cannot clone them; bigger ones are hard links to one read-only snapshot"),
-    Key("args_style", choice("flags", "spaced", "hydra"), "flags", "how `args:` knobs are written into the command, at `${args}` or at the end: flags (--lr=0.002), spaced (--lr 0.002) or hydra (optimizer.lr=0.002); a knob written as its flag (`-n`, `--lr`) is passed as `-n 24576`, `--lr 0.002`"),
-    Key("ray_address", text(), None, "Ray: the cluster runs are submitted to as Ray jobs (http://HEAD:8265, HEAD:6379, ray://...); unset: RAY_ADDRESS, then the cluster started on this machine"),
-    Key("ray_working_dir", choice("shared", "upload"), None, "Ray: shared (the cluster sees this file system: runs `cd <workdir> && <command>`) or upload (the checkout ships as the job's runtime_env working_dir); unset: shared for a cluster on this machine, else upload"),
-    Key("keep_sessions_at_end", boolean(), False, "tmux: true leaves the latest `keep_sessions` sessions of finished runs open when the campaign ends; false closes every finished session of its runs then (logs stay; a running session, or one ars did not start, is never closed)"),
-]}
+SETTINGS: dict[str, Key] = _declared(Settings, [
+    Key("name", text(), "campaign name: its folder and the branch prefix autoresearch/<date>-<name>", required=True, written=True, where="argument"),
+    Key("metric", text(), "the metric the ledger ranks attempts by, e.g. val_bpb", required=True, written=True),
+    Key("direction", choice("min", "max"), "min: lower is better; max: higher is better", required=True, written=True),
+    Key("command", text(), 'the training command, run in the experiment\'s checkout, e.g. "uv run train.py"', required=True, written=True),
+    Key("repo", text(), "the repository's root", written=True, internal=True),
+    Key("prefix", text(), "branch prefix (default autoresearch/<YYYYmmdd>-<name>)", written=True),
+    Key("folder", folder(), f"campaign folder (default {CAMPAIGNS_DIR.as_posix()}/<name>)", stored=False, flags=("--dir",)),
+    Key("created_at", text(), "when the campaign started (the deadline is fixed from it)", written=True, internal=True),
+    Key("preset", choice(*PRESETS), "how the metric is read from the run log; a name the preset does not know is found as the log prints it (`val loss 2.40`)"),
+    Key("launcher", lazy_choice(launchers, "one of local, tmux, slurm, ray"), "where runs start: local, tmux, slurm or ray"),
+    Key("stop_text", Kind(lambda v: isinstance(v, str), "a text"), "the stop rules as the user wrote them", internal=True),
+    Key("stop", stop_rules(), 'stop rules in words ("24 experiments or 6h total, 10m each") or, in a file, a mapping; none: baseline plus three, then stop'),
+    Key("strategy", choice("branches", "ratchet"), "branches: one branch per hypothesis; ratchet: one branch reset on discard (only when asked for)"),
+    Key("worktrees", choice("auto", "always", "off"), "run in a git worktree when the tree has uncommitted changes (auto), always, or refuse (off)"),
+    Key("decide", choice("auto", "manual"), "manual: `ars exp mark` writes each row"),
+    Key("keep_ties", boolean(), "a result equal to the best counts as kept"),
+    Key("require_baseline", boolean(), "experiments wait for a recorded baseline"),
+    Key("tmux_socket", text(), "private tmux server for the runs (tmux -L NAME, or -S PATH)", flags=("--tmux-socket", "--socket")),
+    Key("keep_sessions", integer(0), "tmux sessions of the latest finished runs left open while the campaign runs; older ones are closed, and all of them at its end unless `keep_sessions_at_end` (logs stay)"),
+    Key("policy", section("PolicySettings"), "where the unattended loop's hypotheses come from (the policy keys below); `ars campaign run` needs it", required=True, where="file"),
+    Key("parallel", integer(1), "experiments in flight at once (default 1, or as many as fit in `gpus`)"),
+    Key("gpus", gpus(), "the GPU pool: a count (4: devices 0-3) or device ids (0-7, 0,1,2,3, `4,` or [4] for device 4 alone); each run gets its own CUDA_VISIBLE_DEVICES"),
+    Key("gpus_per_run", integer(1), "GPUs each run gets from the pool, or asks Slurm for (default 1)"),
+    Key("partition", slurm_value(), "Slurm: the partition (sbatch --partition)"),
+    Key("mem", slurm_value(), "Slurm: memory per run (sbatch --mem), e.g. 64G"),
+    Key("cpus", slurm_value(), "Slurm: CPUs per run (sbatch --cpus-per-task)"),
+    Key("baseline_repeats", integer(1), "baseline runs, to measure the noise between identical runs (default 4 when runs are under 30 min, else 1); every new best is run as often"),
+    Key("noise_margin", number(above=0), "a pooled mean of 2 runs is kept when it leads the best by this many sigma of the difference, 0.15 less per further run, as a Student t line at sigma's degrees of freedom (default 2.5)"),
+    Key("comparable_margin", number(at_least=0), "how far (as a fraction) steps or throughput may differ from the parent's for rows to be ranked together"),
+    Key("frozen", paths(), "files no experiment may change (the evaluation, e.g. prepare.py)"),
+    Key("mutable", paths(), "the only files experiments may change; the loop's proposals follow `policy.mutable`", where="file"),
+    Key("watch", section("WatchSettings"), "anomaly checks while a run goes: per kind cancel, warn or ignore; stall_after, first_step (references/anomaly-catalogue.md)", where="file"),
+    Key("prune", prune_rule(), "early stopping: off, median, forecast or both (default: median for runs over 10 min, else off)"),
+    Key("metric_source", section("MetricSource"), "where the metric comes from when not the run log (jsonl, tensorboard, wandb, mlflow)", where="file"),
+    Key("first_step_timeout", duration(), "cancel a run that has not logged its first step in this long (default 20m)"),
+    Key("throughput_key", text(), "the log key for throughput (default: tokens/s, samples/s or it/s, read from the progress lines; references/metric-presets.md)"),
+    Key("max_commit_mb", number(above=0), "new files larger than this many MB stay out of hypothesis commits"),
+    Key("pattern", value_pattern(), "a regex that reads the metric from the run log instead of the preset, as `ars metric extract --pattern`: one capture group, or (?P<value>..)"),
+    Key("worktree_include", paths(), "gitignore patterns of ignored files (prepared data, .env, tokenizers) carried into every experiment's worktree, as .worktreeinclude lines are", flags=("--worktree-include", "--include")),
+    Key("carry_copy_mb", number(at_least=0), "carried files up to this many MB are copied into a worktree where the filesystem cannot clone them; bigger ones are hard links to one read-only snapshot"),
+    Key("args_style", choice("flags", "spaced", "hydra"), "how `args:` knobs are written into the command, at `${args}` or at the end: flags (--lr=0.002), spaced (--lr 0.002) or hydra (optimizer.lr=0.002); a knob written as its flag (`-n`, `--lr`) is passed as `-n 24576`, `--lr 0.002`"),
+    Key("ray_address", text(), "Ray: the cluster runs are submitted to as Ray jobs (http://HEAD:8265, HEAD:6379, ray://...); unset: RAY_ADDRESS, then the cluster started on this machine"),
+    Key("ray_working_dir", choice("shared", "upload"), "Ray: shared (the cluster sees this file system: runs `cd <workdir> && <command>`) or upload (the checkout ships as the job's runtime_env working_dir); unset: shared for a cluster on this machine, else upload"),
+    Key("keep_sessions_at_end", boolean(), "tmux: true leaves the latest `keep_sessions` sessions of finished runs open when the campaign ends; false closes every finished session of its runs then (logs stay; a running session, or one ars did not start, is never closed)"),
+])
 
-POLICY: dict[str, Key] = {k.name: k for k in [
-    Key("kind", choice("queue", "grid", "random", "command", "llm", "llm_diff", "hybrid"), None, "queue, grid, random, command; llm (a model proposes knob values), llm_diff (a model proposes diffs), hybrid (knob values, then diffs when the campaign stalls)", required=True, where="file"),
-    Key("queue", policy_queue(), [], "queue: the hypotheses, in order", where="file"),
-    Key("space", mapping(), {}, "grid, random, llm, hybrid: knobs of the mutable files and their values: a top-level Python name as written (learning_rate), a dotted YAML/JSON/TOML key (optimizer.lr); `file:name` when several files hold it; llm without a space: any knob of the mutable files", where="file"),
-    Key("args", mapping(), {}, "grid, random, llm, hybrid: command-line arguments and their values, written into the command (`args_style`; a key written `-n` or `--lr` is its own flag)", where="file"),
-    Key("samples", integer(1), 8, "random: how many draws", where="file"),
-    Key("seed", integer(), 0, "random: the seed of the draws", where="file"),
-    Key("command", command_line(), None, "command: the external proposer (JSON in on stdin, one proposal out)", where="file"),
-    Key("program", text(), "program.md", "command, llm, llm_diff, hybrid: the research program the proposer reads", where="file"),
-    Key("timeout", number(above=0), 900.0, "command: seconds the proposer may think", where="file"),
-    Key("mutable", paths(), [], "the only files proposals may change; `set:` and `space:` knobs are looked up in all of them", where="file"),
-    Key("frozen", paths(), [], "files proposals may never change", where="file"),
-    Key("parent", text(), "best", "where each experiment branches from: best, baseline or a git ref", where="file"),
-    Key("model", text(), None, "llm, llm_diff, hybrid (required): the model name the OpenAI-compatible endpoint serves", where="file"),
-    Key("base_url", text(), None, "llm, llm_diff, hybrid: the endpoint, e.g. http://localhost:8000/v1 (vLLM), http://localhost:11434/v1 (Ollama); default OPENAI_BASE_URL, then OpenAI's", where="file"),
-    Key("api_key_env", text(), "OPENAI_API_KEY", "llm, llm_diff, hybrid: the environment variable holding the endpoint's key (its name only: the key is never written anywhere)", where="file"),
-    Key("request_timeout", number(above=0), 300.0, "llm, llm_diff, hybrid: seconds one request to the model may take", where="file"),
-    Key("request_retries", integer(0), 3, "llm, llm_diff, hybrid: retries of a request answered 408, 409, 429 or 5xx, refused or timed out, with backoff", where="file"),
-    Key("temperature", number(at_least=0), None, "llm, llm_diff, hybrid: the sampling temperature (default: the server's)", where="file"),
-    Key("required_calls", Kind(lambda v: isinstance(v, list) and all(isinstance(c, str) and c.strip() for c in v), "a list of call names, e.g. [print, evaluate_bpb]", form="paths", py="list"), [], "llm_diff, hybrid: calls a diff may not remove (the metric's print, the evaluation)", where="file"),
-    Key("max_diff_lines", integer(1), 200, "llm_diff, hybrid: the most lines (added plus removed) one diff may change", where="file"),
-    Key("stall_threshold", integer(1), 4, "hybrid: rows since the best before the model proposes diffs instead of knob values", where="file"),
-    Key("max_rejected_diffs", integer(1), 3, "hybrid: diffs rejected in a row before it goes back to knob values", where="file"),
-]}
+POLICY: dict[str, Key] = _declared(PolicySettings, [
+    Key("kind", choice("queue", "grid", "random", "command", "llm", "llm_diff", "hybrid"), "queue, grid, random, command; llm (a model proposes knob values), llm_diff (a model proposes diffs), hybrid (knob values, then diffs when the campaign stalls)", required=True, where="file"),
+    Key("queue", policy_queue(), "queue: the hypotheses, in order", where="file"),
+    Key("space", mapping(), "grid, random, llm, hybrid: knobs of the mutable files and their values: a top-level Python name as written (learning_rate), a dotted YAML/JSON/TOML key (optimizer.lr); `file:name` when several files hold it; llm without a space: any knob of the mutable files", where="file"),
+    Key("args", mapping(), "grid, random, llm, hybrid: command-line arguments and their values, written into the command (`args_style`; a key written `-n` or `--lr` is its own flag)", where="file"),
+    Key("samples", integer(1), "random: how many draws", where="file"),
+    Key("seed", integer(), "random: the seed of the draws", where="file"),
+    Key("command", command_line(), "command: the external proposer (JSON in on stdin, one proposal out)", where="file"),
+    Key("program", text(), "command, llm, llm_diff, hybrid: the research program the proposer reads", where="file"),
+    Key("timeout", number(above=0), "command: seconds the proposer may think", where="file"),
+    Key("mutable", paths(), "the only files proposals may change; `set:` and `space:` knobs are looked up in all of them", where="file"),
+    Key("frozen", paths(), "files proposals may never change", where="file"),
+    Key("parent", text(), "where each experiment branches from: best, baseline or a git ref", where="file"),
+    Key("model", text(), "llm, llm_diff, hybrid (required): the model name the OpenAI-compatible endpoint serves", where="file"),
+    Key("base_url", text(), "llm, llm_diff, hybrid: the endpoint, e.g. http://localhost:8000/v1 (vLLM), http://localhost:11434/v1 (Ollama); default OPENAI_BASE_URL, then OpenAI's", where="file"),
+    Key("api_key_env", text(), "llm, llm_diff, hybrid: the environment variable holding the endpoint's key (its name only: the key is never written anywhere)", where="file"),
+    Key("request_timeout", number(above=0), "llm, llm_diff, hybrid: seconds one request to the model may take", where="file"),
+    Key("request_retries", integer(0), "llm, llm_diff, hybrid: retries of a request answered 408, 409, 429 or 5xx, refused or timed out, with backoff", where="file"),
+    Key("temperature", number(at_least=0), "llm, llm_diff, hybrid: the sampling temperature (default: the server's)", where="file"),
+    Key("required_calls", Kind(lambda v: isinstance(v, list) and all(isinstance(c, str) and c.strip() for c in v), "a list of call names, e.g. [print, evaluate_bpb]", form="paths", py="list[str]"), "llm_diff, hybrid: calls a diff may not remove (the metric's print, the evaluation)", where="file"),
+    Key("max_diff_lines", integer(1), "llm_diff, hybrid: the most lines (added plus removed) one diff may change", where="file"),
+    Key("stall_threshold", integer(1), "hybrid: rows since the best before the model proposes diffs instead of knob values", where="file"),
+    Key("max_rejected_diffs", integer(1), "hybrid: diffs rejected in a row before it goes back to knob values", where="file"),
+])
 # fmt: on
 
 
@@ -374,89 +576,6 @@ def check_keys(data: dict, where: str) -> None:
     problems = key_problems(data, where)
     if problems:
         raise BadInput("; ".join(problems))
-
-
-# ---------------------------------------------------------------- the settings object
-
-
-class _Rules:
-    """What the settings imply: stop rules, early stopping, the noise rule, watching, the pool."""
-
-    def stop_rules(self):
-        from autoresearch_skills.stoprule import from_mapping
-
-        return from_mapping(self.stop, source="campaign.yaml stop")
-
-    def prune_rule(self) -> str:
-        """The early-stopping rule in force. Unset: the median rule for runs longer than 10 minutes
-        (bench/bench_prune.py: about half the compute saved, under 1% of eventual winners stopped),
-        off for shorter ones, whose curves are too short to judge."""
-        if self.prune is not None:
-            return "off" if self.prune is False else str(self.prune)
-        per_run = self.stop_rules().per_run_timeout
-        return "median" if per_run and per_run > 600 else "off"
-
-    def noise_policy(self):
-        """The keep/discard rule that knows the noise (campaign/noise.py): every new best, the
-        baseline first, is run `baseline_repeats` times; a result within noise is a candidate."""
-        from autoresearch_skills.campaign.noise import default_policy
-
-        changes = {"keep_ties": bool(self.keep_ties)}
-        if self.noise_margin is not None:
-            changes["margin"] = float(self.noise_margin)
-        if self.baseline_repeats is not None:
-            changes["best_runs"] = int(self.baseline_repeats)
-        return default_policy(self.stop_rules().per_run_timeout, **changes)
-
-    def watch_policy(self, watch: dict | None = None):
-        """How runs are watched: `watch` (default: campaign.yaml's) over the defaults."""
-        from autoresearch_skills.runwatch import WatchPolicy
-
-        watch = self.watch if watch is None else watch
-        first_step_timeout = None if "first_step_timeout" in (watch or {}) else self.first_step_timeout
-        return WatchPolicy.from_settings(
-            watch or None, self.prune_rule(), first_step_timeout, preset=self.preset
-        )
-
-    def metric_reading(self) -> dict | None:
-        """Where the metric comes from when not the run log read with `preset`: `metric_source:`,
-        or `pattern:` (the run log through that regex). Every reader of a run's metric (judging,
-        watching, pruning) asks this, so the two spellings cannot mean different things."""
-        if self.metric_source:
-            return self.metric_source
-        if self.pattern:
-            return {"kind": "log", "pattern": self.pattern}
-        return None
-
-    def frozen_paths(self) -> list[str]:
-        """Files no experiment may change: `frozen:` and the loop policy's `frozen:`."""
-        listed = [*(self.frozen or []), *((self.policy or {}).get("frozen") or [])]
-        return list(dict.fromkeys(str(p) for p in listed))
-
-    def pool(self) -> Pool:
-        return Pool.from_settings(self.parallel, self.gpus, self.gpus_per_run, self.launcher)
-
-
-def _field(key: Key) -> tuple[str, str, Any]:
-    annotation = key.kind.py + (" | None" if key.default is None else "")
-    if key.written:
-        return key.name, annotation, dataclasses.field()
-    if isinstance(key.default, (dict, list)):
-        empty = type(key.default)
-        return key.name, annotation, dataclasses.field(default_factory=empty)
-    return key.name, annotation, dataclasses.field(default=key.default)
-
-
-Settings = dataclasses.make_dataclass(
-    "Settings",
-    [_field(key) for key in SETTINGS.values() if key.stored],
-    bases=(_Rules,),
-    namespace={
-        "__doc__": "campaign.yaml in a campaign folder: everything decided up front, so a resumed agent "
-        "decides nothing twice. Fields and defaults: SETTINGS.",
-        "__module__": __name__,
-    },
-)
 
 
 # ---------------------------------------------------------------- the reference page

@@ -71,8 +71,8 @@ def status_facts(campaign: Campaign) -> dict:
 
 def _describe_row(row, metric: str) -> str:
     """The latest row as it was written (a candidate's row says `discard`, with its flag)."""
-    value = f"{row.metric_value:.6f}" if row.status in ("keep", "discard") else "no metric"
-    return f"#{row.index} {row.status} {metric} {value} on {row.branch} @ {row.commit[:8]}: {row.description}"
+    value = f"{row.metric_value:.6f}" if row.status.is_finished() else "no metric"
+    return f"#{row.index} {row.status} {metric} {value} on {row.branch} @ {row.commit[:8]}: {row.text()}"
 
 
 def _result_facts(experiment: Experiment) -> dict | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 
@@ -126,11 +126,13 @@ def load(folder: Path) -> Campaign:
     if not isinstance(data, dict):
         raise BadInput(f"{config} is not a campaign settings file (expected a mapping)")
     check_keys(data, str(config))  # a hand edit with a typo must not be silently ignored
-    known = set(Settings.__dataclass_fields__)
+    known = {f.name for f in fields(Settings)}
     try:
-        settings = Settings(**{k: v for k, v in data.items() if k in known})
+        settings = Settings.from_mapping({k: v for k, v in data.items() if k in known})
     except TypeError as err:
         raise BadInput(f"{config}: {err}") from None
+    except BadInput as err:
+        raise BadInput(f"{config}: {err.message}") from None
     return Campaign(folder.resolve(), settings)
 
 
@@ -181,17 +183,22 @@ def create(
     prefix = prefix or f"autoresearch/{started:%Y%m%d}-{slug}"
     if gitflow.git(repo, "for-each-ref", "--count=1", f"refs/heads/{prefix}/", check=False):
         raise BadInput(f"branches under {prefix}/ already exist; pass another --prefix")
-    settings = Settings(
-        name=slug,
-        metric=metric,
-        direction=direction,
-        command=command,
-        repo=str(repo),
-        prefix=prefix.rstrip("/"),
-        created_at=format_iso(started),
-        stop_text=stop_text or "",
-        stop={**rules.to_dict(), **({"max_experiments": rules.max_experiments} if rules.is_default else {})},
-        **options,
+    settings = Settings.from_mapping(
+        {
+            "name": slug,
+            "metric": metric,
+            "direction": direction,
+            "command": command,
+            "repo": str(repo),
+            "prefix": prefix.rstrip("/"),
+            "created_at": format_iso(started),
+            "stop_text": stop_text or "",
+            "stop": {
+                **rules.to_dict(),
+                **({"max_experiments": rules.max_experiments} if rules.is_default else {}),
+            },
+            **options,
+        }
     )
     pool = settings.pool()  # refuse a bad pool before anything is written
     if settings.strategy == "ratchet" and pool.parallel > 1:
@@ -234,4 +241,4 @@ def write_settings(campaign: Campaign) -> None:
         "# autoresearch-skills campaign: decided at `ars campaign init`; the deadline is absolute.\n"
         "# Edit with care: the ledger and branches of this campaign follow these settings.\n"
     )
-    write_text_atomic(campaign.folder / "campaign.yaml", header + dump_yaml(asdict(campaign.settings)))
+    write_text_atomic(campaign.folder / "campaign.yaml", header + dump_yaml(campaign.settings.to_mapping()))

@@ -1,7 +1,7 @@
 """Watching the runs in flight while someone waits on them: one run watcher per running
 experiment of this process (anomalies, stalls, first step, early stopping: runwatch.py), polled
-between scheduler ticks. A condemned run is cancelled at once with the watcher's status and
-reason; a warning is kept for its row. Whoever waits, watches: the loop, `ars exp run`,
+between scheduler ticks. A condemned run is cancelled at once with the watcher's status, cause
+and reason; a warning is kept for its row. Whoever waits, watches: the loop, `ars exp run`,
 `ars exp wait` and a swarm all poll them. A detached run that nobody waits on is bounded by its
 timeout alone (there is no watching daemon).
 """
@@ -47,7 +47,9 @@ class Watchers:
                 continue
             if verdict.action == "cancel":
                 self.say(f"{experiment.key}: {verdict.status} [{verdict.reason}]: stopping it")
-                lifecycle.cancel(self.campaign, experiment.key, status=verdict.status, reason=verdict.reason)
+                lifecycle.cancel(
+                    self.campaign, experiment.key, verdict.status, verdict.cause, reason=verdict.reason
+                )
             else:
                 self.say(f"{experiment.key}: warning: {verdict.reason}")
                 lifecycle.note_warning(self.campaign, experiment.key, verdict.reason)
@@ -59,7 +61,7 @@ class Watchers:
         elapsed = max(0.0, (now() - parse_iso(started_at or experiment.started_at)).total_seconds())
         policy = self.policy
         if experiment.own.watch:  # a blueprint's own first-step line and timeout
-            policy = s.watch_policy({**(s.watch or {}), **experiment.own.watch})
+            policy = s.watch_policy(experiment.own.watch)
         return RunWatcher(
             experiment.run.log_path, policy, s.metric, s.direction, s.preset, s.metric_reading(),
             self.campaign.rows, clock - elapsed, workdir=experiment.run_cwd, started_at=time.time() - elapsed,

@@ -32,6 +32,7 @@ EXIT_CANCELLED = 130
 
 ENV_FILE_SUFFIX = ".env"  # beside the run file: the caller's environment for a tmux pane (0600, read once)
 VANISHED = "vanished"  # run file `extra` key: why the place the run lived in (a tmux session) vanished
+LOG_REFUSED = "log_refused"  # run file `extra` key: why the machine refused the run's log (a full disk)
 
 
 @dataclass

@@ -23,9 +23,9 @@ when the disk fills during the run, it frees the reserve to record how the run e
 run never looks "lost" (which would start it once more) only because its end could not be
 written. When the log could not be written (the disk still full as the command ends, or the
 supervisor's own line refused), the log's last line says so, `[ars] error: the log could not
-be written: ...`, and that becomes the reason in the run's row; a command that exited 0 into
-such a log ends with status 74 (EX_IOERR): its output, the metric included, may be cut short,
-so it is a crash with that reason, never a result. No space for the reserve at the start: the
+be written: ...`, and that becomes the reason in the run's row (the run file's `log_refused`
+its cause, `disk_full`); a command that exited 0 into such a log ends with status 74 (EX_IOERR):
+its output, the metric included, may be cut short, so it is a crash with that reason, never a result. No space for the reserve at the start: the
 command is not started (status 74, the refusal on stderr for the launcher).
 """
 
@@ -45,7 +45,7 @@ import traceback
 from pathlib import Path
 
 from autoresearch_skills.clock import format_duration, now_iso
-from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, Run, State
+from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, LOG_REFUSED, Run, State
 from autoresearch_skills.launch.proctree import children, kill_tree, start_time
 from autoresearch_skills.launch.tmuxcmd import reap_after_exit
 
@@ -275,6 +275,7 @@ class Supervisor:
         what = REFUSED.get(refused.errno or 0, "the write failed")
         said = f"the log could not be written: {what} ({refused.strerror}) as the run ended; its output, the metric included, may be cut short"  # fmt: skip
         self._note(f"error: {said}")
+        self.run.extra[LOG_REFUSED] = said  # the fact its row's cause is read from (saved with the end)
         if state.name != "exited":
             return State(state.name, state.exit_code, f"{state.detail}; {said}" if state.detail else said)
         code = EX_IOERR if state.exit_code == 0 else state.exit_code

@@ -27,9 +27,10 @@ class LineParser(Protocol):
     """Reads logical lines in file order and keeps whatever state a format needs
     (the current section, the last step header) between them."""
 
-    resolved: bool
-    """False when the samples of the last `feed` lack context that comes from an earlier line
-    (a step header), i.e. the reading began after that line."""
+    @property
+    def resolved(self) -> bool:
+        """False when the samples of the last `feed` lack context that comes from an earlier line
+        (a step header), i.e. the reading began after that line."""
 
     def feed(self, line: str) -> list[Sample]: ...
 

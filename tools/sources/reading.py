@@ -1,7 +1,8 @@
 """One entry point for a campaign's metric: `read_metric(source, ...) -> Reading`.
 
-`source` is campaign.yaml's `metric_source:` mapping (absent: the run log, read with the campaign's
-preset). Kinds and their keys (every key but `kind` optional unless marked):
+`source` is campaign.yaml's `metric_source:`, typed as a `MetricSource` (or the mapping itself; absent:
+the run log, read with the campaign's preset). Kinds and their keys (every key but `kind` optional
+unless marked):
 
     kind: log          preset | pattern, key, path (default: the run's log)
     kind: jsonl        path (required), key, step
@@ -27,15 +28,20 @@ through `validate_source`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.sources import Sample
+
+if TYPE_CHECKING:  # the readers load when a source of their kind is first read
+    from autoresearch_skills.sources import mlflow, wandb
 
 KINDS = ("log", "jsonl", "tensorboard", "wandb", "mlflow")
 KEYS: dict[str, tuple[str, ...]] = {
@@ -80,6 +86,53 @@ class Reading:
         return to_curve(self.samples)
 
 
+@dataclass(frozen=True)
+class MetricSource:
+    """A `metric_source:` mapping, typed and checked (`validate_source`) when made. KEYS says which
+    fields each kind reads; a field left None reads its default: the campaign's metric for `key`,
+    `tag` and `name`, the run's own log for a log's `path`, DEFAULT_DIRS for `dir`."""
+
+    # fmt: off
+    kind: str = "log"
+    mode: str = "last"           # last, best or mean-last-N
+    preset: str | None = None    # log: the preset that reads the lines (default: the campaign's)
+    pattern: str | None = None   # log: a regex with one capture group, instead of a preset
+    key: str | None = None       # log, jsonl, wandb: the metric's name there
+    path: str | None = None      # log (default: the run's log), jsonl (required)
+    step: str | None = None      # jsonl, wandb: the key that holds the step
+    dir: str | None = None       # tensorboard (required), wandb, mlflow
+    tag: str | None = None       # tensorboard: the metric's tag
+    run: str | None = None       # wandb, mlflow: one run, not the newest
+    experiment: str | None = None  # mlflow: its id or name
+    name: str | None = None      # mlflow: the metric's name there
+    # fmt: on
+
+    def __post_init__(self) -> None:
+        validate_source(self.to_mapping())
+
+    @classmethod
+    def from_mapping(cls, source: Mapping[str, Any]) -> MetricSource:
+        """The source a `metric_source:` mapping names; BadInput, one line, when it cannot be read.
+        Values are text (`experiment: 0` is the experiment id "0")."""
+        validate_source(dict(source))
+        return cls(**{key: str(value) for key, value in source.items()})
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The mapping campaign.yaml holds: `kind`, then each key set to other than its default."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name == "kind" or getattr(self, f.name) != f.default
+        }
+
+
+def as_source(source: MetricSource | Mapping[str, Any] | None) -> MetricSource:
+    """`source` typed: a mapping is read as `metric_source:` is; None is the run log, by the preset."""
+    if isinstance(source, MetricSource):
+        return source
+    return MetricSource() if source is None else MetricSource.from_mapping(source)
+
+
 # --- validation ----------------------------------------------------------------------------
 
 
@@ -106,7 +159,7 @@ def validate_source(source: dict | None) -> None:
     for key, value in source.items():
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             raise BadInput(f"metric_source {key} must be a string, got {value!r}")
-    parse_mode(str(source.get("mode", "last")))
+    parse_mode(str(source.get("mode", MetricSource.mode)))
     if kind == "log":
         if source.get("preset") and source.get("pattern"):
             raise BadInput("metric_source of kind log takes preset or pattern, not both")
@@ -145,7 +198,7 @@ def parse_mode(mode: str) -> tuple[str, int]:
 
 
 def read_metric(
-    source: dict | None,
+    source: MetricSource | Mapping[str, Any] | None,
     *,
     workdir: Path,
     log_path: Path,
@@ -166,7 +219,7 @@ def read_metric(
 
 
 def follow(
-    source: dict | None,
+    source: MetricSource | Mapping[str, Any] | None,
     *,
     workdir: Path,
     log_path: Path,
@@ -176,62 +229,59 @@ def follow(
     any_metric: bool = False,
 ) -> Follower:
     """A reader of `source` that can be polled while the run writes it."""
-    source = dict(source or {"kind": "log"})
-    validate_source(source)
-    kind = source["kind"]
-    mode = str(source.get("mode", "last"))
+    source = as_source(source)
+    kind, mode = source.kind, source.mode
     workdir = Path(workdir)
     if kind == "log":
-        path = _resolve(workdir, source.get("path")) if source.get("path") else Path(log_path)
         return LogFollower(
-            path,
-            str(source.get("key") or metric),
-            preset=str(source.get("preset") or preset),
-            pattern=source.get("pattern"),
+            _resolve(workdir, source.path) if source.path else Path(log_path),
+            source.key or metric,
+            preset=source.preset or preset,
+            pattern=source.pattern,
             mode=mode,
             started_at=started_at,
         )
     if kind == "jsonl":
         return JsonlFollower(
-            _resolve(workdir, source["path"]),
-            str(source.get("key") or metric),
-            shown=str(source["path"]),
-            step_key=source.get("step"),
+            _resolve(workdir, str(source.path)),  # required: checked when the source was made
+            source.key or metric,
+            shown=str(source.path),
+            step_key=source.step,
             mode=mode,
             started_at=started_at,
         )
     if kind == "tensorboard":
         return TensorBoardFollower(
-            _resolve(workdir, source["dir"]),
-            str(source.get("tag") or metric),
-            shown=str(source["dir"]),
+            _resolve(workdir, str(source.dir)),  # required
+            source.tag or metric,
+            shown=str(source.dir),
             mode=mode,
             started_at=started_at,
         )
     if kind == "wandb":
         return WandbFollower(
-            _resolve(workdir, source.get("dir") or DEFAULT_DIRS["wandb"]),
-            str(source.get("key") or metric),
-            shown=str(source.get("dir") or DEFAULT_DIRS["wandb"] + "/"),
-            run=source.get("run"),
-            step_key=source.get("step"),
+            _resolve(workdir, source.dir or DEFAULT_DIRS["wandb"]),
+            source.key or metric,
+            shown=source.dir or DEFAULT_DIRS["wandb"] + "/",
+            run=source.run,
+            step_key=source.step,
             mode=mode,
             started_at=started_at,
         )
     return MlflowFollower(
-        _resolve(workdir, source.get("dir") or DEFAULT_DIRS["mlflow"]),
-        str(source.get("name") or metric),
-        shown=str(source.get("dir") or DEFAULT_DIRS["mlflow"] + "/"),
-        experiment=None if source.get("experiment") is None else str(source["experiment"]),
-        run=source.get("run"),
+        _resolve(workdir, source.dir or DEFAULT_DIRS["mlflow"]),
+        source.name or metric,
+        shown=source.dir or DEFAULT_DIRS["mlflow"] + "/",
+        experiment=source.experiment,
+        run=source.run,
         mode=mode,
         started_at=started_at,
     )
 
 
-def _resolve(workdir: Path, path: str | int) -> Path:
-    path = Path(os.path.expanduser(str(path)))
-    return path if path.is_absolute() else workdir / path
+def _resolve(workdir: Path, path: str) -> Path:
+    expanded = Path(os.path.expanduser(path))
+    return expanded if expanded.is_absolute() else workdir / expanded
 
 
 def reduce(samples: list[Sample], mode: str, direction: str) -> Sample | None:
@@ -607,7 +657,7 @@ class WandbFollower(Follower):
         self.root, self.run, self.step_key = root, run, step_key
         self.shown = shown or str(root)
         self.description = f"wandb {self.shown} key {key}"
-        self.reader = None
+        self.reader: wandb.LogReader | None = None
         self.run_dir: Path | None = None
         self.skipped_old = 0
 
@@ -691,8 +741,8 @@ class MlflowFollower(Follower):
         self.shown = shown or str(store)
         where = f" experiment {experiment}" if experiment is not None else ""
         self.description = f"mlflow {self.shown}{where} metric {name}"
-        self.reader = None
-        self.chosen = None
+        self.reader: mlflow.MetricReader | None = None
+        self.chosen: mlflow.RunDir | None = None
         self.skipped_old = 0
 
     def _poll(self, final: bool) -> list[Sample]:
