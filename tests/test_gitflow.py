@@ -97,6 +97,8 @@ def test_slugify_makes_branch_safe_names():
     assert gitflow.slugify("Raise LR to 3e-3 (warmup!)") == "raise-lr-to-3e-3-warmup"
     assert gitflow.slugify("$(rm -rf /); echo") == "rm-rf-echo"
     assert gitflow.slugify("!!!") == "experiment"
+    long = "learning-rate-0-001-n-timesteps-20000-batch-size-64-gamma-0-99"
+    assert gitflow.slugify(long) == "learning-rate-0-001-n-timesteps-20000-batch-size"  # cut at a word's end
 
 
 def _generated_files(repo: Path) -> None:

@@ -38,8 +38,12 @@ class GitError(BadInput):
 
 
 def slugify(text: str, max_len: int = 48) -> str:
+    """A branch-safe name; a long one is cut at a word's end (`...-n-timesteps`, never `...-n-ti`)."""
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return slug[:max_len].rstrip("-") or "experiment"
+    if len(slug) > max_len:
+        cut = slug[: max_len + 1].rfind("-")
+        slug = slug[:cut] if cut >= max_len // 2 else slug[:max_len]
+    return slug.rstrip("-") or "experiment"
 
 
 def git(cwd: str | Path, *args: str, check: bool = True, env: dict | None = None) -> str:

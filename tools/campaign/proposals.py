@@ -67,7 +67,9 @@ MAX_RETRIES = 2  # rejected proposals are fed back this many times before the pr
 
 
 def _slug_for(overrides: dict) -> str:
-    return slugify("-".join(f"{k.rsplit(':', 1)[-1]}-{v}" for k, v in overrides.items()))
+    """`learning-rate-0-001-n-timesteps-20000`: each knob by its last name (`CartPole-v1.n_timesteps`
+    reads as `n_timesteps`), so the values fit in a branch name."""
+    return slugify("-".join(f"{k.rsplit(':', 1)[-1].rsplit('.', 1)[-1]}-{v}" for k, v in overrides.items()))
 
 
 def _proposal(knob_values: dict, arg_values: dict) -> Proposal:
