@@ -146,7 +146,9 @@ def standing(rows: list, direction: str) -> Standing:
     return Standing(
         fingerprint=fingerprint,
         comparable=comparable,
-        apart=[r for r in rows if r.fingerprint != fingerprint],
+        apart=[
+            r for r in rows if r.fingerprint and r.fingerprint != fingerprint
+        ],  # a row that never ran has none
         groups=found,
         owner=owner,
         best=noise.best(rows, direction, fingerprint=fingerprint),
