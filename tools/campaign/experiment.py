@@ -24,13 +24,14 @@ import click
 from autoresearch_skills import gitflow, knobs
 from autoresearch_skills.campaign import judge as judging
 from autoresearch_skills.campaign import noise, workdirs
+from autoresearch_skills.campaign.finish import close_sessions
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
 from autoresearch_skills.campaign.state import CampaignState
 from autoresearch_skills.campaign.store import Campaign, frozen_hashes
 from autoresearch_skills.clock import format_duration, now_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch import get_launcher
-from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, state_path_for
+from autoresearch_skills.launch.base import Run, RunSpec, state_path_for
 from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.session_record import note_event
 
@@ -751,26 +752,10 @@ def record(
 
 
 def close_old_sessions(campaign: Campaign) -> int:
-    """Close the tmux sessions of finished runs beyond the latest `keep_sessions`: an overnight
-    campaign must not leave a hundred dead sessions in `tmux ls`. Logs and run files stay."""
+    """Close the tmux sessions of finished runs beyond the latest `keep_sessions` (finish.close_sessions)."""
     if campaign.settings.launcher != "tmux":
         return 0
-    keep = campaign.settings.keep_sessions
-    rows = [r for r in campaign.rows() if r.launcher == "tmux" and r.log_path]
-    launcher, closed = launcher_for(campaign), 0
-    for row in rows[: max(0, len(rows) - keep)]:
-        try:
-            run = Run.load(state_path_for(row.log_path))
-        except (OSError, ValueError, TypeError):
-            continue  # no run file (never launched) or not ours to judge
-        if run.extra.get("session_closed"):
-            continue
-        if launcher.close(run) or run.reload().state in FINISHED:  # closed now, or gone before
-            run = run.reload()
-            run.extra["session_closed"] = True
-            run.save()
-            closed += 1
-    return closed
+    return close_sessions(campaign, keep=campaign.settings.keep_sessions)
 
 
 def _record(

@@ -37,7 +37,7 @@ def wrap_up(campaign: Campaign) -> list[str]:
     if removed:
         lines.append(f"worktrees: removed {len(removed)}; every result stays on its branch")
     try:
-        closed = close_sessions(campaign)
+        closed = 0 if campaign.settings.keep_sessions_at_end else close_sessions(campaign)
     except (OSError, subprocess.SubprocessError) as err:  # housekeeping never fails the end
         lines.append(f"warning: could not close the tmux sessions of finished runs: {err}")
     else:
@@ -55,18 +55,16 @@ def wrap_up(campaign: Campaign) -> list[str]:
     return lines
 
 
-def close_sessions(campaign: Campaign) -> int:
-    """Close the tmux sessions of the campaign's finished runs, which `keep_sessions` left open to
-    read while it ran; none when `keep_sessions_at_end` is set. Returns how many were closed. Only
-    sessions of this campaign's rows, and `TmuxLauncher.close` closes one only when its run has
+def close_sessions(campaign: Campaign, keep: int = 0) -> int:
+    """Close the tmux sessions of the campaign's finished runs but the latest `keep` rows': while
+    it runs, beyond `keep_sessions` (an overnight campaign must not leave a hundred dead sessions in
+    `tmux ls`); at its end, all of them unless `keep_sessions_at_end`. Returns how many were closed.
+    Only sessions of this campaign's rows, and `TmuxLauncher.close` closes one only when its run has
     ended and the session still carries that run's channel: a running session, or one someone else
     started under the same name, stays. Logs and run files stay."""
-    if campaign.settings.keep_sessions_at_end:
-        return 0
     launcher, closed = TmuxLauncher(campaign.settings.tmux_socket), 0
-    for row in campaign.rows():
-        if row.launcher != "tmux" or not row.log_path:
-            continue
+    rows = [row for row in campaign.rows() if row.launcher == "tmux" and row.log_path]
+    for row in rows[: max(0, len(rows) - keep)]:
         try:
             run = Run.load(state_path_for(row.log_path))
         except (OSError, ValueError, TypeError):
