@@ -9,7 +9,15 @@ import time
 
 import pytest
 
-from autoresearch_skills.anomalies import CATALOGUE, KINDS, LogScanner, classify, scan_text
+from autoresearch_skills.anomalies import (
+    CATALOGUE,
+    KINDS,
+    FirstStepWatch,
+    LogScanner,
+    StallWatch,
+    classify,
+    scan_text,
+)
 
 TRACEBACK_LOG = """\
 step 41 | loss 2.3104 | lr 3.0e-04 | 812 ms
@@ -304,6 +312,21 @@ def test_idle_time_starts_from_the_logs_last_write(tmp_path):
         handle.write("step 2\n")
     scanner.poll()
     assert scanner.idle_seconds < 60
+
+
+def test_a_stall_is_reported_once_per_silence_and_again_after_output_resumes():
+    # `ars watch` and a campaign's run watcher both ask this, with the seconds since the last output.
+    watch = StallWatch(after=60.0)
+    assert [watch.begins(idle) for idle in (10, 59.9, 60, 61, 300)] == [False, False, True, False, False]
+    assert [watch.begins(idle) for idle in (0.5, 60)] == [False, True]  # output came: a new episode
+    assert not StallWatch(after=None).begins(10**6)  # stall detection off
+
+
+def test_a_missing_first_step_is_reported_once_and_a_seen_one_never():
+    late = FirstStepWatch(limit=20.0)
+    assert [late.overdue(waited, seen=False) for waited in (5, 19.9, 20, 40)] == [False, False, True, False]
+    seen = FirstStepWatch(limit=20.0)
+    assert not seen.overdue(3, seen=True) and not seen.overdue(60, seen=False)
 
 
 def test_our_own_timeout_notice_is_not_an_anomaly(tmp_path):

@@ -98,6 +98,47 @@ def test_there_is_no_import_circle():
     assert circles == []
 
 
+# Below the commands (layer 5), click is imported only by the errors every command shows and by
+# the modules with a command line of their own; the engine and the drivers hand what they say to
+# `notices` or their reporter.
+CLICK_BELOW_THE_COMMANDS = {
+    "errors",
+    "ledger",
+    "stoprule",
+    "metrics",
+    "prune",
+    "targets",
+    "reward/jsonl_stream",
+}
+
+
+def click_imports(path: Path) -> list[int]:
+    """The lines of `path` that import click, wherever they are."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "click" for a in node.names))
+        or (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "click")
+    )
+
+
+def test_no_module_below_the_commands_imports_click():
+    layers, found = layer_table(), modules()
+    importing = [
+        f"{name} (layer {layers[name]}) imports click at line {line}"
+        for name, path in sorted(found.items())
+        if layers[name] < 5 and name not in CLICK_BELOW_THE_COMMANDS
+        for line in click_imports(path)
+    ]
+    assert importing == [], "the engine says things through notices.warn (or its reporter), never click"
+
+
+def test_the_click_check_sees_an_import_inside_a_function(tmp_path: Path):
+    source = tmp_path / "x.py"
+    source.write_text("import json\n\ndef f():\n    from click import echo\n\nimport click.testing\n")
+    assert click_imports(source) == [4, 6]
+
+
 def test_the_layering_check_sees_an_import_inside_a_function(tmp_path: Path):
     source = tmp_path / "x.py"
     source.write_text("def f():\n    from autoresearch_skills.campaign import experiment\n")

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from autoresearch_skills.clock import (
+    duration_given,
     format_duration,
     format_iso,
     next_clock,
@@ -16,6 +17,7 @@ from autoresearch_skills.clock import (
     parse_duration,
     parse_iso,
 )
+from autoresearch_skills.errors import BadInput
 
 CET = "CET-1CEST,M3.5.0,M10.5.0/3"  # central Europe as a POSIX TZ rule: no tz database needed
 
@@ -62,6 +64,15 @@ def test_durations_parse_as_people_write_them(text, seconds):
 def test_unreadable_or_negative_durations_are_refused(text):
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
+
+
+def test_a_duration_a_person_gave_is_refused_in_one_line_naming_where_it_was_given():
+    assert duration_given("1h30m", "--for") == duration_given(5400, "watch stall_after") == 5400
+    with pytest.raises(BadInput, match=r"^--stall 'soon' is not a duration: try 90s, 15m or 1h30m$"):
+        duration_given("soon", "--stall")
+    with pytest.raises(BadInput, match=r"^watch traceback_grace must be longer than zero, got '0s'$"):
+        duration_given("0s", "watch traceback_grace")
+    assert duration_given("0", "--timeout", zero_ok=True) == 0
 
 
 @pytest.mark.parametrize(

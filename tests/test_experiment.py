@@ -11,6 +11,11 @@ import pytest
 from repo_helpers import ars, git, make_repo
 
 from autoresearch_skills import ledger
+from autoresearch_skills.campaign.experiment import DEFAULT_RUN_TIMEOUT, plan_launch
+from autoresearch_skills.campaign.pool import Grant
+from autoresearch_skills.campaign.record import Experiment, Overrides
+from autoresearch_skills.campaign.settings import Settings
+from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.outcome import CrashCause
 
 TRAIN = """\
@@ -393,3 +398,63 @@ def test_a_commit_made_before_a_kill_is_adopted_by_the_next_run_not_made_again(r
     assert "status: keep" in ars(repo, "exp", "run").stdout
     row = rows(repo)[-1]
     assert row.commit == committed and git(repo, "rev-parse", "HEAD") == committed
+
+
+def test_a_row_keeps_the_command_as_written_beside_the_command_run_and_args_keep_the_fingerprint(repo: Path):
+    init_campaign(repo)
+    ars(repo, "exp", "baseline")
+    ars(repo, "exp", "start", "seeded", "-m", "seed 3", "--args", "seed=3")
+    ars(repo, "exp", "run", "seeded")
+    baseline, seeded = rows(repo)
+    written = f"{sys.executable} train.py"
+    assert baseline.recipe == seeded.recipe == baseline.command == written
+    assert seeded.command == f"{written} --seed=3"
+    assert seeded.fingerprint == baseline.fingerprint != ""  # arguments are the hypothesis, not the setup
+
+
+def launch_campaign(folder: Path, **settings) -> Campaign:
+    return Campaign(
+        folder,
+        Settings(name="demo", metric="val_bpb", direction="min", command="python train.py", repo=str(folder),
+                 prefix="autoresearch/demo", created_at="2025-01-01T00:00:00+00:00", **settings),
+    )  # fmt: skip
+
+
+def test_a_launch_plan_takes_the_tightest_limit_names_a_new_log_and_pins_the_granted_gpus(tmp_path: Path):
+    campaign = launch_campaign(tmp_path / "demo", gpus="0-3", gpus_per_run=2, stop={"per_run_timeout": 600})
+    attempt = Experiment("lr~2", "lr", "LR 0.1", "autoresearch/demo/lr", "abc123", workdir=str(tmp_path / "wd"),
+                         args={"lr": 0.1}, requested_timeout=300.0)  # fmt: skip
+    spec = plan_launch(campaign, attempt, Grant(1, (2, 3)), launch=7, remaining=120.0)
+    assert spec.timeout == 120.0  # the time the campaign has left is the tightest
+    assert spec.log_path == tmp_path / "demo" / "runs" / "007-lr-2" / "run.log"
+    assert (spec.command, spec.cwd, spec.name) == ("python train.py --lr=0.1", tmp_path / "wd", "demo-lr-2")
+    assert spec.env == {"ARS_CAMPAIGN": "demo", "ARS_EXPERIMENT": "lr~2", "ARS_SLOT": "1",
+                        "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "2,3"}  # fmt: skip
+    assert spec.resources == {}
+    assert plan_launch(campaign, attempt, Grant(1, (2, 3)), launch=7, remaining=None).timeout == 300.0
+    assert not (tmp_path / "demo").exists()  # a plan writes nothing
+
+
+def test_a_launch_cut_short_keeps_its_log_and_devices_and_a_cluster_is_asked_for_the_gpus(tmp_path: Path):
+    pinned = launch_campaign(tmp_path / "demo", gpus="0-3", gpus_per_run=2)
+    held = Experiment("lr", "lr", "LR 0.1", "autoresearch/demo/lr", "abc123", log_path="/runs/003-lr/run.log",
+                      slot=0, devices=[0, 1])  # fmt: skip
+    spec = plan_launch(pinned, held, Grant(1, (2, 3)), launch=8, remaining=None)
+    assert spec.log_path == Path("/runs/003-lr/run.log") and spec.timeout == DEFAULT_RUN_TIMEOUT
+    assert (spec.env["ARS_SLOT"], spec.env["CUDA_VISIBLE_DEVICES"]) == ("0", "0,1")
+
+    slurm = launch_campaign(tmp_path / "demo", launcher="slurm", partition="gpu", mem="64G", gpus_per_run=2)
+    own = Overrides(
+        command="bash run.sh",
+        timeout=3600.0,
+        env={"SEED": "3"},
+        name="ajet_lr",
+        log_dir="/results/lr",
+        gpus=4,
+    )
+    blueprint = Experiment("lr", "lr", "LR 0.1", "autoresearch/demo/lr", "abc123", overrides=own)
+    spec = plan_launch(slurm, blueprint, Grant(0, ()), launch=2, remaining=None)
+    assert (spec.command, spec.name, spec.timeout) == ("bash run.sh", "ajet_lr", 3600.0)
+    assert spec.log_path == Path("/results/lr/002-lr.log")
+    assert spec.resources == {"partition": "gpu", "mem": "64G", "gpus": "4"}
+    assert "CUDA_VISIBLE_DEVICES" not in spec.env and spec.env["SEED"] == "3"

@@ -36,6 +36,13 @@ def test_exit_code_and_output_reach_the_log(local, tmp_path):
     assert load_run(str(tmp_path / "r.log")).state == "exited"
 
 
+def test_a_command_killed_by_a_signal_exits_128_plus_its_number_as_in_a_shell(local, tmp_path):
+    code = "import os, signal; print('step 1', flush=True); os.kill(os.getpid(), signal.SIGTERM)"
+    run = local.start(RunSpec(command=[sys.executable, "-c", code], log_path=tmp_path / "k.log", timeout=30))
+    state = local.wait(run, 30)
+    assert (state.name, state.exit_code, state.shell_status) == ("exited", 143, 143)
+
+
 def test_environment_cwd_and_unbuffered_python(local, tmp_path):
     code = "import os; print(os.environ['EXTRA'], os.environ['PYTHONUNBUFFERED'], os.getcwd())"
     spec = RunSpec(

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from repo_helpers import ars, make_repo
 
-from autoresearch_skills import ledger, report
+from autoresearch_skills import ledger, prune, report
+from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign import store as campaign_mod
 
 
@@ -86,6 +87,18 @@ def test_improvement_chain_for_maximised_metrics():
         )
     ]
     assert [r.index for r in report.improvements(rows, "max")] == [0, 1, 4]
+
+
+def test_the_chain_ends_at_the_best_and_a_tie_in_the_last_bits_is_no_improvement():
+    # One meaning of better for the best, the report's chain and the pruning rules: strictly
+    # ahead, beyond float rounding.
+    values = [("keep", 2.0), ("keep", 1.5), ("keep", 1.5 * (1 - 1e-12)), ("discard", 1.2), ("keep", 1.25)]
+    rows = [ledger.Row(index=i, status=s, metric_value=v) for i, (s, v) in enumerate(values)]
+    assert [r.index for r in report.improvements(rows, "min")] == [0, 1, 4]
+    assert noise.best(rows, "min").key == 4
+    assert noise.best(rows[:3], "min").key == 1  # the earlier of two equal means stays the best
+    tie = prune.median_rule([(10, 1.5 * (1 + 1e-12))], [[(10, 1.5)]] * 3, "min")
+    assert not tie.prune and "is no worse than the median" in tie.reason
 
 
 def at(minutes: float) -> str:

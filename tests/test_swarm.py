@@ -5,6 +5,7 @@ can check from the runs' own logs that no device was ever shared and at most two
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import signal
@@ -215,6 +216,42 @@ def test_after_its_last_allowed_attempt_a_failed_blueprint_is_finished(tmp_path,
     assert "finished: flaky: finished failed (attempt limit 1 reached)" in again.stdout
     assert read_flag(result_dir(repo, "flaky") / "finish.flag")["status"] == "failed"
     assert len(read_trial_log(result_dir(repo, "flaky"))) == 1
+
+
+def test_a_line_a_kill_may_have_cut_short_is_not_written_twice_and_an_older_swarm_json_is_read(
+    tmp_path, server
+):
+    repo = make_project(tmp_path, {"flaky": "fail"})
+    ars(repo, "blueprint", "run", "blueprints/", "--gpus", "0-1", "--socket", server.name, code=1)
+    path = repo / "reports" / "auto_research" / "blueprints" / "swarm.json"
+    trial_log = result_dir(repo, "flaky") / "trial_log.md"
+    written = trial_log.read_text()
+    data = json.loads(path.read_text())
+    ((log, mark),) = data["blueprints"]["flaky"]["attempts"].items()
+    assert mark == {"number": 1, "started": True, "ended": True} and log.endswith("-flaky.log")
+
+    # Killed after the end lines were appended, before swarm.json said so: they are there, not redone.
+    mark.update(ended=False, writing="end")
+    path.write_text(json.dumps(data))
+    ars(repo, "blueprint", "run", "blueprints/", "--detach", code=1)
+    assert trial_log.read_text() == written
+    assert json.loads(path.read_text())["blueprints"]["flaky"]["attempts"][log] == {
+        "number": 1, "started": True, "ended": True,
+    }  # fmt: skip
+
+    # swarm.json as an older release wrote it (no attempts, keys it does not know): read from the trial log once.
+    data["blueprints"]["flaky"].pop("attempts")
+    data["blueprints"]["flaky"]["note"] = "kept"
+    path.write_text(json.dumps(data))
+    ars(repo, "blueprint", "run", "blueprints/", "--detach", code=1)
+    assert trial_log.read_text() == written
+    again = json.loads(path.read_text())["blueprints"]["flaky"]
+    assert again["attempts"][log]["number"] == 1 and again["note"] == "kept"
+    assert json.loads((path.parent / "swarm.json.bak").read_text())["blueprints"]["flaky"]["note"] == "kept"
+
+    path.write_text("{")
+    refused = ars(repo, "blueprint", "run", "blueprints/", "--detach", code=2)
+    assert f"{path} is not valid JSON" in refused.stderr and "restore it from" in refused.stderr
 
 
 def test_a_blueprint_that_fails_check_starts_nothing(tmp_path, server):

@@ -2,8 +2,10 @@
 
 Each kind has a one-line diagnosis and a suggested fix. `LogScanner` reads a growing log
 incrementally (only the bytes added since its last call), so a monitor can poll it every
-second for hours without ever re-reading the whole file. `references/anomaly-catalogue.md`
-is the long form of this table; keep the two in step.
+second for hours without ever re-reading the whole file. `StallWatch` and `FirstStepWatch` judge
+the two kinds no log line shows (a silence, a first step that never came) for `ars watch` and a
+campaign's run watcher alike. `references/anomaly-catalogue.md` is the long form of this table;
+keep the two in step.
 """
 
 from __future__ import annotations
@@ -382,6 +384,42 @@ class LogScanner:
     def _note(anomaly: Anomaly | None, new: list[Anomaly]) -> None:
         if anomaly is not None:
             new.append(anomaly)
+
+
+class StallWatch:
+    """A stall: no new output for `after` seconds (None: never) while the run runs. One report
+    per episode: output that resumes ends the episode, and a later silence is a new one. What
+    counts as output is the watcher's to say (`ars watch`: the log; a campaign: the log and the
+    metric source); the silence is measured from the later of the last output and the start."""
+
+    def __init__(self, after: float | None) -> None:
+        self.after = after
+        self.stalled = False
+
+    def begins(self, idle: float) -> bool:
+        """Whether a stall begins now, after `idle` seconds without output."""
+        if self.after is None or idle < self.after:
+            self.stalled = False
+            return False
+        began, self.stalled = not self.stalled, True
+        return began
+
+
+class FirstStepWatch:
+    """The first training step must show within `limit` seconds of the start (its line, or a
+    first value of the watched curve). Judged once: `overdue` is True the first time the limit has
+    passed without it, and never again; once the step is seen nothing is judged."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.settled = False  # the step was seen, or its absence reported
+
+    def overdue(self, waited: float, seen: bool) -> bool:
+        """Whether the first step is overdue now, `waited` seconds after the start."""
+        if self.settled or not (seen or waited >= self.limit):
+            return False
+        self.settled = True
+        return not seen
 
 
 DIVERGENCE_PATIENCE = 3  # consecutive reports past the starting value

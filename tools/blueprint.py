@@ -31,6 +31,7 @@ import click
 if not __package__:  # run as `python tools/blueprint.py` from a checkout with nothing installed
     import _checkout  # noqa: F401
 
+from autoresearch_skills import notices
 from autoresearch_skills.blueprints.checking import check, check_all, validation_file
 from autoresearch_skills.blueprints.reading import (
     _TEMPLATE_HINT,
@@ -101,6 +102,7 @@ def cli() -> None:
       ars blueprint status blueprints/
       ars blueprint finish blueprints/math_topk50.md --status ok
     """
+    notices.show_with(lambda line: click.echo(line, err=True))  # the engine's warnings
 
 
 @cli.command("new")

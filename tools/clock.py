@@ -36,6 +36,21 @@ def parse_duration(text: str | int | float) -> float:
     return seconds
 
 
+def duration_given(value: str | int | float, what: str, *, zero_ok: bool = False) -> float:
+    """Seconds in a duration a person gave for `what` (a flag, a campaign.yaml key): above zero,
+    or zero too with `zero_ok`. Refused with BadInput, one line naming `what`."""
+    # errors loads click: the supervisor and the hooks read clock and must start in well under 150 ms
+    from autoresearch_skills.errors import BadInput
+
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        raise BadInput(f"{what} {value!r} is not a duration: try 90s, 15m or 1h30m") from None
+    if seconds <= 0 and not zero_ok:
+        raise BadInput(f"{what} must be longer than zero, got {value!r}")
+    return seconds
+
+
 def format_duration(seconds: float) -> str:
     """Compact and readable: 45s, 12m, 6h12m, 2d3h. Never negative."""
     seconds = max(0, int(round(seconds)))

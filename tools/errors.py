@@ -45,6 +45,13 @@ class BadInput(click.ClickException):
     exit_code = EXIT_BAD_INPUT
 
 
+class StopConditionMet(click.ClickException):
+    """A clean "no": the stop condition is met (or the campaign is paused), so nothing new starts;
+    exit code 1 and the verdict's line."""
+
+    exit_code = EXIT_NEGATIVE
+
+
 def signal_exit_code(signum: int) -> int:
     """The conventional exit status of a command a signal ended: 128 + N (130 SIGINT, 143 SIGTERM)."""
     return 128 + signum

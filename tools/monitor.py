@@ -23,8 +23,8 @@ from pathlib import Path
 
 import click
 
-from autoresearch_skills.anomalies import WATCH_DEFAULTS, Anomaly, LogScanner
-from autoresearch_skills.clock import format_duration, now_iso, parse_duration, parse_iso
+from autoresearch_skills.anomalies import WATCH_DEFAULTS, Anomaly, FirstStepWatch, LogScanner, StallWatch
+from autoresearch_skills.clock import duration_given, format_duration, now_iso, parse_duration, parse_iso
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
 from autoresearch_skills.launch.base import State
 
@@ -191,7 +191,8 @@ def watch(
     begin = time.monotonic()
     next_block = begin + next(delays)
     running_since: float | None = None  # monotonic; when the run was first seen running
-    stalled = False
+    stall_watch = StallWatch(options.stall)
+    first_step_watch = FirstStepWatch(options.first_step_timeout)
 
     def block(reason: str, state: State, verdict: str | None = None) -> Block:
         return _make_block(
@@ -215,20 +216,16 @@ def watch(
         if state.finished:
             return finish(verdict_for(state), state)
 
-        if options.stall is not None and running_since is not None:
+        if running_since is not None:
             idle = min(scanner.idle_seconds, now - running_since)
-            if idle < options.stall:
-                stalled = False
-            elif not stalled:
-                stalled = True
+            if stall_watch.begins(idle):
                 found = scanner.add("stall", f"no new output for {format_duration(idle)} while running")
                 new += [found] if found else []
 
         if (
             pattern is not None
-            and scanner.first_step_at is None
             and running_since is not None
-            and now - running_since >= options.first_step_timeout
+            and first_step_watch.overdue(now - running_since, seen=scanner.first_step_at is not None)
         ):
             limit = format_duration(options.first_step_timeout)
             action = "cancelled" if options.enforce and cancel else "not cancelled (no --enforce)"
@@ -342,16 +339,6 @@ def _finite(value):
     return value
 
 
-def _duration(value: str, option: str) -> float:
-    try:
-        seconds = parse_duration(value)
-    except ValueError:
-        raise BadInput(f"{option} {value!r} is not a duration: try 90s, 10m or 1h30m") from None
-    if seconds <= 0:
-        raise BadInput(f"{option} must be longer than zero, got {value!r}")
-    return seconds
-
-
 def options_from_flags(
     schedule: str,
     every: str | None,
@@ -382,15 +369,15 @@ def options_from_flags(
             ) from None
     return WatchOptions(
         schedule=steps,
-        every=_duration(every, "--every") if every else None,
-        stall=None if stall.strip().lower() in ("off", "none", "0") else _duration(stall, "--stall"),
+        every=duration_given(every, "--every") if every else None,
+        stall=None if stall.strip().lower() in ("off", "none", "0") else duration_given(stall, "--stall"),
         first_step_pattern=first_step_pattern,
-        first_step_timeout=_duration(first_step_timeout, "--first-step-timeout"),
+        first_step_timeout=duration_given(first_step_timeout, "--first-step-timeout"),
         enforce=enforce,
         preset=preset,
         tail=tail,
-        poll=_duration(poll, "--poll"),
-        max_wait=_duration(max_wait, "--for") if max_wait else None,
+        poll=duration_given(poll, "--poll"),
+        max_wait=duration_given(max_wait, "--for") if max_wait else None,
     )
 
 

@@ -20,13 +20,13 @@ Exit codes: 0 = keep going, 1 = stop the run (cancel it), 2 = bad input.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import click
 
+from autoresearch_skills.campaign.noise import better
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
 
 Curve = list[tuple[float, float]]  # (step, value), steps increasing
@@ -52,13 +52,6 @@ class Decision:
     @property
     def line(self) -> str:
         return f"{'stop' if self.prune else 'keep going'} ({self.rule}): {self.reason}"
-
-
-def _better(a: float, b: float, direction: str) -> bool:
-    """Strictly better, beyond float rounding: a tie is no evidence against a run."""
-    if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
-        return False
-    return a < b if direction == "min" else a > b
 
 
 def best_so_far(curve: Curve, direction: str) -> float:
@@ -116,7 +109,7 @@ def median_rule(
     figures = {"step": step, "best_so_far": best, "median": reference, "runs": len(values)}
     if quantile != 0.5:
         figures["quantile"] = quantile
-    if _better(reference, best, direction):
+    if better(reference, best, direction):
         reason = (
             f"best so far {best:.6g} at step {step:g} is worse than the {what} {reference:.6g} "
             f"of {len(values)} finished runs at that step"
@@ -170,7 +163,7 @@ def forecast_rule(
         "forecast": forecast,
         "target": target,
     }
-    if _better(target, forecast, direction):
+    if better(target, forecast, direction):
         reason = (
             f"even at its best recent rate it reaches {forecast:.6g} by step {final_step:g}, "
             f"short of the target {target:.6g}"

@@ -141,7 +141,7 @@ def standing(rows: list, direction: str) -> Standing:
             owner[r.index] = owner[target]
     chain: list[noise.Group] = []
     for g in sorted(found.values(), key=lambda g: g.key):
-        if g.kept and (not chain or _better(g.mean, chain[-1].mean, direction)):
+        if g.kept and (not chain or noise.better(g.mean, chain[-1].mean, direction)):
             chain.append(g)
     return Standing(
         fingerprint=fingerprint,
@@ -156,10 +156,6 @@ def standing(rows: list, direction: str) -> Standing:
         estimate=noise.estimate(rows, fingerprint=fingerprint),
         noise_aware=any(r.fingerprint or r.rerun_of or r.sigma or r.runs for r in rows),
     )
-
-
-def _better(value: float, than: float, direction: str) -> bool:
-    return value < than if direction == "min" else value > than
 
 
 def margin(group: noise.Group, other: noise.Group, sigma: float | None, direction: str) -> float | None:
@@ -206,10 +202,10 @@ def unconfirmed(st: Standing, group: noise.Group, direction: str) -> str:
     one ties it (neither confirms nor refutes), one still ahead fell short of the noise rule's line."""
     last = group.indexes[-1]
     before = noise.best([r for r in st.comparable if r.index < last], direction, fingerprint=st.fingerprint)
-    if before is None or _better(before.mean, group.mean, direction):
+    if before is None or noise.better(before.mean, group.mean, direction):
         return "candidate refuted by its rerun"
     best = f"the best #{before.key} ({_fmt(before.mean)})"
-    if before.mean == group.mean:  # noise.mean_of: equal means at the ledger's precision are equal floats
+    if not noise.better(group.mean, before.mean, direction):  # neither ahead: a tie
         return f"candidate tied with {best} by its rerun, so not kept"
     return f"candidate not confirmed by its rerun: ahead of {best} by less than the noise rule asks"
 

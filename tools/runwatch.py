@@ -37,8 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch_skills.anomalies import CATALOGUE, WATCH_DEFAULTS, LogScanner, diverged
-from autoresearch_skills.clock import format_duration, parse_duration
+from autoresearch_skills.anomalies import (
+    CATALOGUE,
+    WATCH_DEFAULTS,
+    FirstStepWatch,
+    LogScanner,
+    StallWatch,
+    diverged,
+)
+from autoresearch_skills.clock import duration_given, format_duration
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.sources.reading import MetricSource, as_source
@@ -202,15 +209,15 @@ class WatchPolicy:
         if watch.stall_after is not None:
             policy.stall_after = _duration_or_off(watch.stall_after, "watch stall_after")
         if first_step_timeout is not None:
-            policy.first_step_timeout = _duration(first_step_timeout, "first_step_timeout")
+            policy.first_step_timeout = duration_given(first_step_timeout, "first_step_timeout")
         if watch.first_step_timeout is not None:
-            policy.first_step_timeout = _duration(watch.first_step_timeout, "watch first_step_timeout")
+            policy.first_step_timeout = duration_given(watch.first_step_timeout, "watch first_step_timeout")
         if watch.first_step is not None:
             policy.first_step = None if watch.first_step.strip().lower() in _OFF else watch.first_step
         elif preset is not None:
             policy.first_step = FIRST_STEP_PATTERNS.get(_preset_name(preset))
         if watch.traceback_grace is not None:
-            policy.traceback_grace = _duration(watch.traceback_grace, "watch traceback_grace")
+            policy.traceback_grace = duration_given(watch.traceback_grace, "watch traceback_grace")
         if watch.curve:
             policy.curve = watch.curve
         if watch.final_step is not None:
@@ -257,7 +264,7 @@ def validate_watch(watch: dict | None, prune: str | bool | None) -> None:
         _duration_or_off(watch["stall_after"], "watch stall_after")
     for key in ("first_step_timeout", "traceback_grace"):
         if key in watch and _is_setting(key, watch[key]):
-            _duration(watch[key], f"watch {key}")
+            duration_given(watch[key], f"watch {key}")
     if "first_step" in watch and str(watch["first_step"]).strip().lower() not in (*_OFF, "auto"):
         try:
             re.compile(str(watch["first_step"]))
@@ -297,20 +304,10 @@ def _prune_rule(prune: str | bool | None) -> str:
     return text
 
 
-def _duration(value: float | str, what: str) -> float:
-    try:
-        seconds = parse_duration(value)
-    except ValueError:
-        raise BadInput(f"{what} {value!r} is not a duration: try 90s, 15m or 1h") from None
-    if seconds <= 0:
-        raise BadInput(f"{what} must be longer than zero, got {value!r}")
-    return seconds
-
-
 def _duration_or_off(value: float | str | bool, what: str) -> float | None:
     if value is False or str(value).strip().lower() in _OFF:
         return None
-    return _duration(value, what)
+    return duration_given(value, what)
 
 
 def _preset_name(preset: str) -> str:
@@ -381,7 +378,8 @@ class RunWatcher:
         self._rows: list | None = None
         self._timed: list[tuple[float, float]] = []  # (seconds since the start, value) as values arrived
         self._traceback_offset = 0
-        self._stalled = False
+        self.stall_watch = StallWatch(policy.stall_after)
+        self.first_step_watch = FirstStepWatch(policy.first_step_timeout)
         self._next_prune = started_monotonic
         self._rows_at = -math.inf
         self._finished: dict[str, list[tuple[float, float]]] = {}  # log path -> curve
@@ -540,24 +538,17 @@ class RunWatcher:
             self._traceback_at = None
 
     def _check_stall(self, now: float) -> None:
-        if self.policy.stall_after is None:
-            return
-        idle = now - self.last_activity
-        if idle < self.policy.stall_after:
-            self._stalled = False
-        elif not self._stalled:
-            self._stalled = True
+        idle = now - self.last_activity  # the log or the metric source; from the start at first
+        if self.stall_watch.begins(idle):
             self._raise("stall", f"no output for {format_duration(idle)}")
 
     def _check_first_step(self, now: float) -> None:
-        if self.policy.first_step is None or self.first_step_seen:
+        if self.policy.first_step is None:
             return
         if self.policy.first_step != "auto" and self.scanner.first_step_at is not None:
             self.first_step_seen = True
-            return
         waited = now - self.started
-        if waited >= self.policy.first_step_timeout:
-            self.first_step_seen = True  # judged once
+        if self.first_step_watch.overdue(waited, seen=self.first_step_seen):
             what = (
                 f"a value of {self.curve_name}"
                 if self.policy.first_step == "auto"

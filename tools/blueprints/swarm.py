@@ -20,8 +20,9 @@ Each blueprint is one experiment on its own branch `<prefix>/<name>`, run in a w
                      max time as the limit, in tmux session `ajet_<name>` (`_try<n>` later)
     its files        in the result dir: the engine's log `<NNN>-<name>.log` (linked as
                      `attempt-<n>.log`), trial_log.md, and at the end results.md, then finish.flag
-    swarm.json       (campaign folder) which blueprint files belong to the swarm, their attempt limit
-                     and which attempt was started as the final one
+    swarm.json       (campaign folder; its owner: blueprints/swarmfile) which blueprint files belong
+                     to the swarm, their attempt limit, which attempt was started as the final one, and
+                     each attempt's number and which of its lines its trial log holds
 
 Attempts. The first-step watch stops an attempt that printed no first-step line (`actor/kl_loss:`)
 within the blueprint's first-step timeout: row `cancelled`, verdict `first_step_timeout` in
@@ -32,9 +33,11 @@ once a `- fix:` line is written under the attempt in trial_log.md (or with --ret
 finish.flag with the failure after the final attempt (`--final`, or `--max-attempts`, default 3).
 
 Crash safety: nothing here is kept only in memory. The trial log, results.md and finish.flag are
-derived from the ledger rows, the run files and state.json by `sync`, which any later `ars
-blueprint run` repeats (under a lock; every write is done once): kill -9 of this process loses
-nothing, and running it again adopts the live tmux sessions rather than starting them twice.
+derived from the ledger rows, the run files, state.json and swarm.json by `sync`, which any later
+`ars blueprint run` repeats (under a lock; every write is done once: swarm.json says which lines are
+written, and a write a kill may have cut short is checked in the trial log before it is made again):
+kill -9 of this process loses nothing, and running it again adopts the live tmux sessions rather
+than starting them twice.
 
 Limits: the worktree holds what git tracks (plus the blueprint and its YAML); untracked data,
 checkpoints or caches the run reads by relative path must be named by absolute path. What a run
@@ -49,7 +52,6 @@ by the next `ars blueprint run`.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -60,7 +62,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autoresearch_skills import gitflow, outcome
-from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.blueprints.checking import check_all, validation_file
 from autoresearch_skills.blueprints.reading import (
     FINISH_FLAG,
@@ -84,6 +85,7 @@ from autoresearch_skills.blueprints.resultdir import (
     write_finish_flag,
     write_results,
 )
+from autoresearch_skills.blueprints.swarmfile import SWARM_FILE, Logged, Member, SwarmFile, SwarmState
 from autoresearch_skills.campaign import experiment, scheduler, store
 from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS, parse_devices
 from autoresearch_skills.campaign.record import Experiment, Overrides, Phase
@@ -91,15 +93,11 @@ from autoresearch_skills.campaign.state import CampaignState
 from autoresearch_skills.campaign.store import CAMPAIGNS_DIR, find, load
 from autoresearch_skills.campaign.workdirs import worktrees_dir
 from autoresearch_skills.clock import format_duration
-from autoresearch_skills.errors import BadInput
-from autoresearch_skills.filelock import ReentrantFileLock
+from autoresearch_skills.errors import BadInput, StopConditionMet
 from autoresearch_skills.launch.base import Run, state_path_for
 from autoresearch_skills.metrics import guess_direction
 from autoresearch_skills.nvidia_smi import query_nvidia_smi
 
-SWARM_FILE = "swarm.json"
-LOCK_FILE = ".swarm.lock"
-DEFAULT_MAX_ATTEMPTS = 3
 PRESET = "verl"  # AgentJet's console lines are verl's (`step:N - actor/kl_loss:0.01 - ...`)
 DEFAULT_METRIC = "actor/kl_loss"  # every training step prints it; `--metric` names another
 ENDS_BLUEPRINT = ("ok", "timeout")  # verdicts after which a blueprint is over, whatever the count
@@ -231,7 +229,7 @@ def resume(ref: str, opts: Options | None = None, say: Callable[[str], None] = l
     adopt what still runs, record what ended, and start what is queued. Starts no new attempt."""
     opts = opts or Options()
     swarm = Swarm(find(ref), say)
-    if not swarm.path.exists():
+    if not swarm.file.exists():
         raise BadInput(
             f"campaign {swarm.campaign.settings.name!r} is not a blueprint swarm (no {SWARM_FILE})"
         )
@@ -257,8 +255,8 @@ def locate(blueprints: Sequence[Blueprint]):
                 repos.add(gitflow.repo_root(bp.codebase))
     for repo in sorted(repos):
         for marker in sorted((repo / CAMPAIGNS_DIR).glob(f"*/{SWARM_FILE}")):
-            with contextlib.suppress(OSError, ValueError):
-                files = {m.get("file") for m in json.loads(marker.read_text()).get("blueprints", {}).values()}
+            with contextlib.suppress(BadInput, OSError):
+                files = {m.file for m in SwarmFile(marker.parent).read().blueprints.values()}
                 if files & wanted:
                     with contextlib.suppress(BadInput):
                         return load(marker.parent)
@@ -274,7 +272,7 @@ class Swarm:
         self.say = say
         self.events: list[Event] = []
         self.known_logs: set[str] = set()  # logs whose start lines are in their trial log
-        self._lock = ReentrantFileLock(self.campaign.folder / LOCK_FILE)
+        self.file = SwarmFile(self.campaign.folder)  # swarm.json, and the lock of the swarm
 
     # -- opening ------------------------------------------------------------------
 
@@ -317,7 +315,7 @@ class Swarm:
                 gpus_per_run=min(bp.gpus or 1 for bp in blueprints), tmux_socket=opts.socket, worktrees="always",
                 require_baseline=False, prune="off", watch=dict(WATCH), **cluster,
             )  # fmt: skip
-            write_text_atomic(folder / SWARM_FILE, json.dumps({"blueprints": {}}, indent=2) + "\n")
+            SwarmFile(folder).write(SwarmState())
         swarm = cls(campaign, say)
         pool = campaign.settings.pool()
         created = existing is None
@@ -329,57 +327,34 @@ class Swarm:
 
     def register(self, blueprints: Sequence[Blueprint], opts: Options) -> None:
         """Record the blueprints in swarm.json (their files and attempt limit)."""
-        with self.lock():
-            data = self._load()
+        with self.file.edit() as swarm:
             for bp in blueprints:
-                entry = data["blueprints"].setdefault(self.key(bp), {})
-                entry.update(file=str(bp.path.resolve()), slug=bp.slug)
+                member = self._member(swarm, bp)
                 if opts.max_attempts is not None:
-                    entry["max_attempts"] = opts.max_attempts
-                entry.setdefault("max_attempts", DEFAULT_MAX_ATTEMPTS)
+                    member.max_attempts = opts.max_attempts
                 if bp.devices:
                     self._event(
                         "warning", bp,
                         f"{bp.slug}: names GPUs {','.join(map(str, bp.devices))}; the swarm gives it "
                         f"{bp.gpus} GPU(s) from its pool instead",
                     )  # fmt: skip
-            self._save(data)
 
     # -- swarm.json and its lock ---------------------------------------------------
-
-    @property
-    def path(self) -> Path:
-        return self.campaign.folder / SWARM_FILE
 
     def lock(self):
         """Exclusive across processes (reentrant within one): two runners of one swarm never write
         an entry twice, nor open the same blueprint's attempt twice."""
-        return self._lock()
+        return self.file.lock()
 
-    def _load(self) -> dict:
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            data = {}
-        except ValueError as err:
-            raise BadInput(
-                f"{self.path} is not valid JSON ({err}); restore it from {self.path}.bak"
-            ) from None
-        data.setdefault("blueprints", {})
-        return data
-
-    def _save(self, data: dict) -> None:
-        write_text_atomic(self.path, json.dumps(data, indent=2) + "\n", backup=True)
-
-    def entries(self) -> dict[str, dict]:
-        return self._load()["blueprints"]
+    def _member(self, swarm: SwarmState, bp: Blueprint) -> Member:
+        return swarm.join(self.key(bp), str(bp.path.resolve()), bp.slug)
 
     def blueprints(self) -> list[Blueprint]:
         """Every blueprint of the swarm whose file can still be read."""
         found = []
-        for entry in self.entries().values():
+        for member in self.file.read().blueprints.values():
             with contextlib.suppress(BadInput):
-                bp = parse(entry["file"])
+                bp = parse(member.file)
                 if bp.result_dir is not None:
                     found.append(bp)
         return found
@@ -435,8 +410,7 @@ class Swarm:
                 "here; record how it ended (`- ended:`, `- verdict:`) before running the blueprint again",
             )  # fmt: skip
             return
-        entry = self.entries().get(self.key(bp), {})
-        limit = int(entry.get("max_attempts") or DEFAULT_MAX_ATTEMPTS)
+        limit = self._member(self.file.read(), bp).max_attempts
         if last is not None and last.verdict in ENDS_BLUEPRINT:
             return  # over; `sync` writes its documents
         if last is not None:
@@ -463,11 +437,8 @@ class Swarm:
         self._open(bp, 1, opts.final)
 
     def _open(self, bp: Blueprint, number: int, final: bool, fix: str = "") -> None:
-        with self.lock():
-            data = self._load()
-            entry = data["blueprints"].setdefault(self.key(bp), {})
-            entry["final_attempt"] = number if final else None
-            self._save(data)
+        with self.file.edit() as swarm:
+            self._member(swarm, bp).final_attempt = number if final else None
         own = {"file": str(bp.path.resolve()), "attempt": number}
         repo = self.campaign.repo
         if not gitflow.branch_exists(repo, self.branch(bp)):
@@ -516,7 +487,7 @@ class Swarm:
     def _request(self, bp: Blueprint, key: str) -> None:
         try:
             record = experiment.request_run(self.campaign, key)
-        except experiment.StopConditionMet as err:
+        except StopConditionMet as err:
             self._event("paused", bp, f"{bp.slug}: not started: {err.message}")
             return
         if record.phase is Phase.RUNNING:
@@ -556,96 +527,113 @@ class Swarm:
         of attempts that started, end lines of attempts that ended, and for a blueprint that is
         over, results.md then finish.flag. Safe to repeat; each line is written once."""
         with self.lock():
-            entries = self._load()["blueprints"]
+            swarm = self.file.read()
             state = experiment.settled_state(self.campaign)
             rows = self.campaign.rows()
-            for key, entry in entries.items():
+            for key, member in swarm.blueprints.items():
                 try:
-                    bp = parse(entry["file"])
+                    bp = parse(member.file)
                 except BadInput:
                     continue  # the file was moved away; its rows stay in the ledger
                 if bp.result_dir is None or self.key(bp) != key:
                     continue
-                self._sync_one(bp, entry, state, rows)
+                if _settle(member, bp.result_dir):
+                    self.file.write(swarm)
+                self._sync_one(bp, member, swarm, state, rows)
 
-    def _sync_one(self, bp: Blueprint, entry: dict, state: CampaignState, rows: list) -> None:
-        folder = bp.result_dir
-        branch = self.branch(bp)
-        mine = [r for r in rows if r.branch == branch]
+    def _sync_one(self, bp: Blueprint, member: Member, swarm: SwarmState, state: CampaignState, rows: list) -> None:  # fmt: skip
+        """One blueprint's documents, from its rows, its record in flight and its member of swarm.json
+        (settled: `member.attempts` says what its trial log holds)."""
+        mine = [r for r in rows if r.branch == self.branch(bp)]
         record = self.record(bp, state)
-        attempts = {a.log: a for a in read_trial_log(folder) if a.log}
-        ended: list[tuple[int, object, _Ending]] = []
-
         for log in record.lost_runs if record else []:
-            lost = attempts.get(log)
-            if lost is not None and not lost.ended_at:
-                end_attempt(
-                    folder, lost.number, verdict="lost",
-                    diagnosis="its runner died (the machine, the orchestrator or a kill); the engine started the attempt once more",
-                )  # fmt: skip
-                self._event(
-                    "ended",
-                    bp,
-                    f"{bp.slug}: attempt {lost.number} lost its runner; started once more",
-                    lost.number,
-                )
-        for row in mine:
-            attempt = attempts.get(row.log_path)
-            if attempt is None:  # ended before any follower saw it start (reaped by `ars exp wait`)
-                number = _next_number(folder)
-                self._start_lines(
-                    bp, number, row.started_at, row.job_id, row.devices, row.log_path, row.commit
-                )
-                attempt = Attempt(number, log=row.log_path)
-                attempts[row.log_path] = attempt
-            self.known_logs.add(row.log_path)
-            if attempt.ended_at:
-                continue
-            ending = _ending(row, bp.first_step_pattern)
-            diagnosis, suggestion = ending.reason, ""
-            if ending.verdict != "ok":
-                found, suggestion = diagnose(row.log_path)
-                if found:
-                    diagnosis = f"{ending.reason}; {found}" if ending.reason else found
-            end_attempt(
-                folder, attempt.number, verdict=ending.verdict, exit_status=ending.exit_code,
-                diagnosis=diagnosis, suggestion=suggestion, ended_at=row.ended_at,
-            )  # fmt: skip
-            _bring_back_validation(bp, ending.cwd)
-            attempt.ended_at = row.ended_at or "now"
-            ended.append((attempt.number, row, ending))
-
+            self._lost_lines(bp, member, swarm, log)
+        ended = [found for row in mine if (found := self._row_lines(bp, member, swarm, row))]
         if record is not None and record.phase is Phase.RUNNING:
-            log = record.run.log_path
-            if log not in attempts:
-                number = int((record.blueprint or {}).get("attempt") or 0)
-                if not number or number in {a.number for a in read_trial_log(folder)}:
-                    number = _next_number(folder)
-                devices = ",".join(str(d) for d in record.devices)
-                self._start_lines(
-                    bp, number, record.started_at or "", record.run.run_id, devices, log, record.commit or ""
-                )
-                where = f" on GPUs {devices}" if devices else ""
-                self._event(
-                    "started", bp, f"{bp.slug}: attempt {number} started {self._place(record)}{where}; log {log}",
-                    number,
-                )  # fmt: skip
-            self.known_logs.add(log)
-
+            self._running_lines(bp, member, swarm, record)
         # The blueprint's latest attempt decides whether it is over; decided on every pass, so a
         # runner killed between an attempt's end lines and its finish.flag finishes it next time.
-        last = mine[-1] if mine and record is None and not (folder / FINISH_FLAG).exists() else None
+        last = mine[-1] if mine and record is None and not (bp.result_dir / FINISH_FLAG).exists() else None
+        self._conclude(bp, member, last, ended)
+
+    def _lost_lines(self, bp: Blueprint, member: Member, swarm: SwarmState, log: str) -> None:
+        """End lines for an attempt whose runner died (the engine starts it once more)."""
+        mark = member.attempts.get(log)
+        if mark is None or mark.ended:
+            return
+        diagnosis = "its runner died (the machine, the orchestrator or a kill); the engine started the attempt once more"  # fmt: skip
+        self._append(swarm, mark, "end", lambda: end_attempt(bp.result_dir, mark.number, verdict="lost", diagnosis=diagnosis))  # fmt: skip
+        self._event(
+            "ended", bp, f"{bp.slug}: attempt {mark.number} lost its runner; started once more", mark.number
+        )
+
+    def _row_lines(
+        self, bp: Blueprint, member: Member, swarm: SwarmState, row
+    ) -> tuple[int, object, _Ending] | None:
+        """The lines of a finished attempt (its row) not yet written: its start lines when no follower
+        saw it start (reaped by `ars exp wait`), then its end lines. (number, row, ending) when its end
+        is written now."""
+        mark = member.attempts.get(row.log_path)
+        if mark is None:
+            mark = member.attempts[row.log_path] = Logged(_next_number(member, bp.result_dir))
+        if not mark.started:
+            self._start_lines(
+                swarm, bp, mark, row.started_at, row.job_id, row.devices, row.log_path, row.commit
+            )
+        self.known_logs.add(row.log_path)
+        if mark.ended:
+            return None
+        ending = _ending(row, bp.first_step_pattern)
+        diagnosis, suggestion = ending.reason, ""
+        if ending.verdict != "ok":
+            found, suggestion = diagnose(row.log_path)
+            if found:
+                diagnosis = f"{ending.reason}; {found}" if ending.reason else found
+        self._append(swarm, mark, "end", lambda: end_attempt(
+            bp.result_dir, mark.number, verdict=ending.verdict, exit_status=ending.exit_code,
+            diagnosis=diagnosis, suggestion=suggestion, ended_at=row.ended_at,
+        ))  # fmt: skip
+        _bring_back_validation(bp, ending.cwd)
+        return mark.number, row, ending
+
+    def _running_lines(self, bp: Blueprint, member: Member, swarm: SwarmState, record: Experiment) -> None:
+        """The start lines of the attempt running now, once, under the number it was opened with."""
+        log = record.run.log_path
+        mark = member.attempts.get(log)
+        if mark is None:
+            number = int((record.blueprint or {}).get("attempt") or 0)
+            if not number or number in member.numbers:
+                number = _next_number(member, bp.result_dir)
+            mark = member.attempts[log] = Logged(number)
+        if not mark.started:
+            devices = ",".join(str(d) for d in record.devices)
+            self._start_lines(
+                swarm, bp, mark, record.started_at or "", record.run.run_id, devices, log, record.commit or ""
+            )
+            where = f" on GPUs {devices}" if devices else ""
+            self._event(
+                "started", bp, f"{bp.slug}: attempt {mark.number} started {self._place(record)}{where}; log {log}",
+                mark.number,
+            )  # fmt: skip
+        self.known_logs.add(log)
+
+    def _conclude(
+        self, bp: Blueprint, member: Member, last, ended: list[tuple[int, object, _Ending]]
+    ) -> None:
+        """Say how each attempt that just ended went; finish the blueprint when `last`, its latest
+        finished attempt with nothing in flight, ends it (ok, timeout, its final attempt or its
+        attempt limit)."""
         for number, row, ending in ended:
             if row is not last:
                 self._event("ended", bp, _end_line(bp, number, ending), number)
         if last is None:
             return
-        number = attempts[last.log_path].number
+        number = member.attempts[last.log_path].number
         just = next((e for n, r, e in ended if r is last), None)
         ending = just or _ending(last, bp.first_step_pattern)
         head = _end_line(bp, number, ending)
-        limit = int(entry.get("max_attempts") or DEFAULT_MAX_ATTEMPTS)
-        final = entry.get("final_attempt") == number
+        limit = member.max_attempts
+        final = member.final_attempt == number
         if ending.verdict in ENDS_BLUEPRINT or final or number >= limit:
             why = (
                 ""
@@ -660,9 +648,18 @@ class Swarm:
         elif just:
             self._event(
                 "ended", bp,
-                f"{head}; fix it, write `- fix: ...` under `## Attempt {number}` in {folder / TRIAL_LOG}, then run it again",
+                f"{head}; fix it, write `- fix: ...` under `## Attempt {number}` in {bp.result_dir / TRIAL_LOG}, then run it again",
                 number,
             )  # fmt: skip
+
+    def _append(self, swarm: SwarmState, mark: Logged, lines: str, write: Callable[[], object]) -> None:
+        """Append an attempt's `lines` (start or end) to its trial log once: swarm.json says so
+        before (`writing`) and after, so a kill in between is found out (`_settle`)."""
+        mark.writing = lines
+        self.file.write(swarm)
+        write()
+        mark.wrote(lines)
+        self.file.write(swarm)
 
     def _place(self, record) -> str:
         """Where an attempt runs, as its start line says it: a tmux session, or a cluster's job."""
@@ -673,14 +670,11 @@ class Swarm:
         gpus = f", {record.gpus} GPU(s)" if record.gpus else ""
         return f"as {s.launcher} job {record.run.run_id}{gpus}"
 
-    def _start_lines(self, bp: Blueprint, number: int, started_at: str, session: str, devices: str, log: str, commit: str) -> None:  # fmt: skip
-        start_attempt(
-            bp.result_dir,
-            Attempt(number, started_at=started_at, session=session, devices=devices, command=bp.command, log=log,
-                    other={"branch": self.branch(bp), "commit": commit}),
-            title=bp.slug,
-        )  # fmt: skip
-        link = bp.result_dir / f"attempt-{number}.log"
+    def _start_lines(self, swarm: SwarmState, bp: Blueprint, mark: Logged, started_at: str, session: str, devices: str, log: str, commit: str) -> None:  # fmt: skip
+        attempt = Attempt(mark.number, started_at=started_at, session=session, devices=devices, command=bp.command,
+                          log=log, other={"branch": self.branch(bp), "commit": commit})  # fmt: skip
+        self._append(swarm, mark, "start", lambda: start_attempt(bp.result_dir, attempt, title=bp.slug))
+        link = bp.result_dir / f"attempt-{mark.number}.log"
         if not os.path.lexists(link):  # the documented name of attempt n's log, beside the engine's
             with contextlib.suppress(OSError):
                 link.symlink_to(os.path.relpath(log, bp.result_dir))
@@ -692,8 +686,7 @@ class Swarm:
         """results.md, then finish.flag (last): the blueprint is over. Returns what was done."""
         status = verdict if verdict in _FINAL else "failed"
         if log is None:
-            last = [a for a in read_trial_log(bp.result_dir) if a.log]
-            log = last[-1].log if last else None
+            log = self._member(self.file.read(), bp).last_log
             if ran_in is None and log:
                 ran_in = _run_cwd(log)
         note = f"Ended by `ars blueprint run`: {why}." if why else ""
@@ -852,14 +845,37 @@ def _snapshot(repo: Path, bp: Blueprint, parent: str, message: str) -> str:
     return gitflow.git(repo, "commit-tree", tree, "-p", parent, "-m", message, env=gitflow.identity_env(repo))
 
 
-def _next_number(folder: Path) -> int:
-    numbers = [a.number for a in read_trial_log(folder)]
+def _next_number(member: Member, folder: Path) -> int:
+    """One past every attempt of the blueprint: those the swarm recorded, and every attempt-<n>.log
+    in its result dir (a run by hand)."""
+    numbers = list(member.numbers)
     numbers += [
         int(m.group(1))
         for p in folder.glob("attempt-*.log")
         if (m := re.match(r"attempt-(\d+)\.log$", p.name))
     ]
     return max(numbers, default=0) + 1
+
+
+def _settle(member: Member, folder: Path) -> bool:
+    """Make the member's record whole before it is read, from its trial log where the record cannot
+    say: a member not yet recorded takes the attempts the log holds, and a write a kill may have cut
+    short (`writing`) counts as done when its lines are there. Whether anything changed."""
+    if member.attempts is not None and not any(m.writing for m in member.attempts.values()):
+        return False
+    written = {a.number: a for a in read_trial_log(folder)}
+    if member.attempts is None:  # a blueprint new to the swarm, or a swarm.json of an older release
+        member.attempts = {
+            a.log: Logged(a.number, started=True, ended=bool(a.ended_at)) for a in written.values() if a.log
+        }
+    for mark in member.attempts.values():
+        shown = written.get(mark.number)
+        if mark.writing == "start" and shown is not None:
+            mark.wrote("start")
+        elif mark.writing == "end" and shown is not None and shown.ended_at:
+            mark.wrote("end")
+        mark.writing = ""  # not there: written again
+    return True
 
 
 def _end_line(bp: Blueprint, number: int, ending: _Ending) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from autoresearch_skills import notices
 from autoresearch_skills.campaign.settings import SETTINGS, Key
 from autoresearch_skills.campaign.status import status_facts
 from autoresearch_skills.campaign.store import create, find
@@ -27,6 +28,7 @@ def cli() -> None:
       ars campaign status
       ars campaign pause --reason "new data arrives tomorrow"
     """
+    notices.show_with(lambda line: click.echo(line, err=True))  # the engine's warnings
 
 
 def _declared_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,39 +13,34 @@ import contextlib
 import functools
 import json
 from collections.abc import Iterator
-from dataclasses import asdict
 
 import click
 
-from autoresearch_skills import knobs
+from autoresearch_skills import knobs, notices
 from autoresearch_skills.campaign import experiment, noise, scheduler
-from autoresearch_skills.campaign.experiment import StopConditionMet, select, settled_state
+from autoresearch_skills.campaign.experiment import select, settled_state
 from autoresearch_skills.campaign.finish import finished, wrap_up
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
 from autoresearch_skills.campaign.status import in_flight_facts
 from autoresearch_skills.campaign.store import Campaign, find
 from autoresearch_skills.campaign.watch import Watchers
-from autoresearch_skills.clock import format_duration, parse_duration
-from autoresearch_skills.errors import BadInput, Interrupted, Stopped, run_cli, signal_name
+from autoresearch_skills.clock import duration_given, format_duration
+from autoresearch_skills.errors import BadInput, Interrupted, StopConditionMet, Stopped, run_cli, signal_name
 from autoresearch_skills.ledger import STATUSES
 from autoresearch_skills.outcome import CrashCause, Status
 
 campaign_option = click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
 
 
-def _duration(text: str | None, option: str = "--timeout") -> float | None:
-    if not text:
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as err:
-        raise BadInput(f"{option}: {err}") from None
+def _seconds(text: str | None, option: str = "--timeout") -> float | None:
+    """A limit given on the command line, or None when it was not given."""
+    return duration_given(text, option, zero_ok=True) if text else None
 
 
 def _result_facts(ended: scheduler.Ended) -> dict:
     return {
         "key": ended.key,
-        "result": asdict(ended.result),
+        "result": ended.result.to_json(),
         "row": ended.row.to_dict() if ended.row else None,
     }
 
@@ -296,6 +291,7 @@ def cli() -> None:
       ars exp run
       ars exp run higher-lr --detach && ars exp wait --for 9m
     """
+    notices.show_with(lambda line: click.echo(line, err=True))  # the engine's warnings
 
 
 @cli.command("baseline")
@@ -321,9 +317,9 @@ def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
     if no_run:
         return
     if detach:
-        run_and_report(campaign, record.key, _duration(timeout), False, True, as_json)
+        run_and_report(campaign, record.key, _seconds(timeout), False, True, as_json)
         return
-    ended = _run_until_ended(campaign, record.key, _duration(timeout), as_json)
+    ended = _run_until_ended(campaign, record.key, _seconds(timeout), as_json)
     # The baseline is run `baseline_repeats` times: its spread is the first noise estimate.
     while ended and ended[-1].result.status is Status.KEEP:
         action = _next_rerun(campaign, campaign.verdict())
@@ -332,7 +328,7 @@ def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
         again = experiment.reopen(campaign, "#0", "rerun")
         if not as_json:
             click.echo(f"rerun of the baseline: {action.reason}", err=True)
-        more = _run_until_ended(campaign, again.key, _duration(timeout), as_json, again=True)
+        more = _run_until_ended(campaign, again.key, _seconds(timeout), as_json, again=True)
         if not more:
             break
         ended += more
@@ -391,7 +387,7 @@ def start_cmd(slug, description, parent, no_baseline_check, predict, force, arg_
     click.echo(f"workdir: {record.workdir}")
     if args:
         click.echo(f"command: {experiment.command_of(campaign, record)}")
-        for line in knobs.overridden_args(args, record.own.command or campaign.settings.command):
+        for line in knobs.overridden_args(args, record.command(campaign.settings.command)):
             click.echo(f"warning: {line}", err=True)
         click.echo(
             f"next: edit files in the workdir if the hypothesis needs it, then `ars exp run {record.key}`"
@@ -467,7 +463,7 @@ def run_cmd(slug, timeout, force, detach, overridden_ok, ref, as_json) -> None:
       ars exp run higher-lr --detach
     """
     campaign = find(ref)
-    run_and_report(campaign, slug, _duration(timeout), force, detach, as_json, overridden_ok)
+    run_and_report(campaign, slug, _seconds(timeout), force, detach, as_json, overridden_ok)
 
 
 @cli.command("rerun")
@@ -500,7 +496,7 @@ def rerun_cmd(ref, times, timeout, detach, campaign_ref, as_json) -> None:
     keys = []
     for _ in range(times):
         record = experiment.reopen(campaign, ref, "rerun")
-        record = experiment.request_run(campaign, record.key, timeout=_duration(timeout))
+        record = experiment.request_run(campaign, record.key, timeout=_seconds(timeout))
         keys.append(record.key)
         if not as_json:
             _announce(record, err=not detach)
@@ -573,7 +569,7 @@ def wait_cmd(slug, seconds, ref, as_json) -> None:
       ars exp wait higher-lr --for 5m --json
     """
     campaign = find(ref)
-    limit = _duration(seconds, "--for")
+    limit = _seconds(seconds, "--for")
     keys = None
     if slug:
         phases = (Phase.QUEUED, Phase.RUNNING, Phase.DECIDE, Phase.OPEN)

@@ -5,31 +5,32 @@ Each attempt ends in exactly one ledger row. What is in flight is a typed `Exper
 (record.py) in the campaign's state.json (state.py, its only reader and writer), keyed by the
 slug, or `<slug>~<n>` for a rerun or a retry of the same branch. A record leaves state.json only
 after its row is in the ledger; the row's place is saved first (`row_at`), so a process killed
-between the two never writes the row twice. Every step that changes state.json holds the
-campaign's lock from its read to its last write.
+between the two never writes the row twice. Every step that changes state.json is a
+`transaction`: it holds the campaign's lock from its read to its last write.
 
 Where an experiment is checked out: workdirs.py. How a finished run is judged: judge.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
-import click
-
-from autoresearch_skills import gitflow, knobs
+from autoresearch_skills import gitflow, knobs, notices
 from autoresearch_skills.campaign import judge as judging
 from autoresearch_skills.campaign import noise, workdirs
 from autoresearch_skills.campaign.finish import close_sessions
+from autoresearch_skills.campaign.pool import Grant
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
 from autoresearch_skills.campaign.state import CampaignState
 from autoresearch_skills.campaign.store import Campaign, frozen_hashes
 from autoresearch_skills.clock import format_duration, now_iso
-from autoresearch_skills.errors import BadInput
+from autoresearch_skills.errors import BadInput, StopConditionMet
 from autoresearch_skills.launch import get_launcher
 from autoresearch_skills.launch.base import Run, RunSpec, state_path_for
 from autoresearch_skills.outcome import CrashCause, Status
@@ -37,10 +38,6 @@ from autoresearch_skills.session_record import note_event
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
 FIELDS = {f.name for f in fields(Experiment)}
-
-
-class StopConditionMet(click.ClickException):
-    exit_code = 1
 
 
 # ---------------------------------------------------------------- the in-flight set
@@ -75,16 +72,28 @@ def select(
     return candidates[0]
 
 
+@contextlib.contextmanager
+def transaction(campaign: Campaign) -> Iterator[CampaignState]:
+    """The one way the engine changes state.json (`StateFile.edit`): under the campaign's lock,
+    from its read to its last write, with interrupted openings completed first; the state is
+    written back as the block ends (a step that must be durable before the next `save`s it)."""
+    with campaign.state.edit() as state:
+        for experiment in state.in_phase(Phase.OPENING):
+            _finish_opening(campaign, state, experiment)
+        yield state
+
+
 def settled_state(campaign: Campaign) -> CampaignState:
-    """The campaign state, with interrupted openings completed first (under the lock, which
-    only then is taken: readers never wait for a launch in another process)."""
+    """The campaign state to read, with interrupted openings completed first (under the lock,
+    which only then is taken: readers never wait for a launch in another process). Inside a
+    transaction: that transaction's state."""
+    editing = campaign.state.editing
+    if editing is not None:
+        return editing
     state = campaign.state.read()
     if not state.in_phase(Phase.OPENING):
         return state
-    with campaign.lock():
-        state = campaign.state.read()
-        for experiment in state.in_phase(Phase.OPENING):
-            _finish_opening(campaign, state, experiment)
+    with transaction(campaign) as state:
         return state
 
 
@@ -98,7 +107,7 @@ def _open(campaign: Campaign, state: CampaignState, experiment: Experiment) -> E
     experiment.key = state.unique_key(experiment.slug)
     experiment.phase = Phase.OPENING
     state.experiments[experiment.key] = experiment
-    campaign.state.write(state)
+    campaign.state.save(state)
     return _finish_opening(campaign, state, experiment)
 
 
@@ -110,13 +119,12 @@ def _finish_opening(campaign: Campaign, state: CampaignState, experiment: Experi
     experiment.snapshot = gitflow.untracked_snapshot(workdir)
     experiment.phase = Phase.OPEN
     experiment.opened_at = now_iso()
-    campaign.state.write(state)
+    campaign.state.save(state)
     return experiment
 
 
 def start_baseline(campaign: Campaign) -> Experiment:
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         workdirs.check_isolation(campaign)
         branch = f"{campaign.settings.prefix}/baseline"
         if gitflow.branch_exists(campaign.repo, branch) or "baseline" in state.experiments:
@@ -148,8 +156,7 @@ def start(
     if unknown:
         raise TypeError(f"not fields of an experiment: {', '.join(sorted(unknown))}")
     s = campaign.settings
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         workdirs.check_isolation(campaign)
         verdict = campaign.verdict(state=state)
         if not verdict.may_start() and not force:
@@ -214,8 +221,7 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
     same commit once more, to measure noise or confirm a result; the row names the original).
     `ref`: the slug, the branch, or `#INDEX` of a ledger row. `extra`: fields of the new record
     (a blueprint's run settings for this attempt)."""
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         rows = campaign.rows()
         row = _row_for(campaign, rows, ref)
         slug = row.branch.rsplit("/", 1)[-1]
@@ -262,7 +268,7 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
             experiment.workdir, experiment.snapshot = place, closed.snapshot
             experiment.phase, experiment.opened_at = Phase.OPEN, now_iso()
             state.experiments[experiment.key] = experiment
-            campaign.state.write(state)
+            campaign.state.save(state)
             return experiment
         return _open(campaign, state, experiment)
 
@@ -397,7 +403,7 @@ def resolve_parent(campaign: Campaign, parent: str, rows: list) -> str:
 
 def commit(campaign: Campaign, ref: str | None = None, message: str | None = None) -> str:
     """Stage only the experiment's changed files and commit them (hypothesis, then fix-ups)."""
-    with campaign.lock():
+    with transaction(campaign):
         state, experiment = select_or_reopen(campaign, ref, phases=(Phase.OPEN,), verb="commit")
         return _commit(campaign, state, experiment, message)
 
@@ -417,14 +423,13 @@ def adopt_unrecorded_commits(campaign: Campaign, state: CampaignState, experimen
     if found:
         experiment.commits = [*experiment.commits, *found]
         experiment.snapshot = gitflow.untracked_snapshot(experiment.workdir)
-        campaign.state.write(state)
+        campaign.state.save(state)
     return found
 
 
 def adopt_commits(campaign: Campaign, key: str) -> list[str]:
     """`adopt_unrecorded_commits` for experiment `key`, under the lock (a swarm's fix-up commit)."""
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         return adopt_unrecorded_commits(campaign, state, state.experiments[key])
 
 
@@ -446,10 +451,10 @@ def _commit(
         allow_empty=first and (bool(experiment.args) or experiment.proposal is not None),
     )
     if done.left_out:  # generated files (checkpoints, wandb/, files over the size limit) stay out
-        click.echo(done.left_out_line(), err=True)
+        notices.warn(done.left_out_line())
     experiment.commits.append(done.sha)
     experiment.snapshot = gitflow.untracked_snapshot(workdir)
-    campaign.state.write(state)
+    campaign.state.save(state)
     return done.sha
 
 
@@ -462,18 +467,19 @@ def _max_bytes(campaign: Campaign) -> int:
 
 
 def command_of(campaign: Campaign, experiment: Experiment) -> str:
-    """The command this attempt runs: its own or the campaign's, with its command-line knobs
-    written in (`args_style`, at `${args}` or at the end). The fingerprint keeps the command as
-    written: arguments are the hypothesis, not the setup."""
+    """The command this attempt runs: the command as written (`Experiment.command`: its own or the
+    campaign's) with its command-line knobs written in (`args_style`, at `${args}` or at the end).
+    The fingerprint and the ledger's recipe keep the command as written: arguments are the
+    hypothesis, not the setup."""
     s = campaign.settings
-    return knobs.with_args(experiment.own.command or s.command, experiment.args, s.args_style)
+    return knobs.with_args(experiment.command(s.command), experiment.args, s.args_style)
 
 
 def shadowed_knobs(campaign: Campaign, experiment: Experiment) -> list[str]:
     """Warnings, before a run, for changes that cannot take effect: a knob the experiment changed
     in a file (committed or not, against its parent) that the command line also sets, and a
     command-line knob of its own that the command sets again after `${args}`."""
-    command = experiment.own.command or campaign.settings.command
+    command = experiment.command(campaign.settings.command)
     lines = knobs.overridden_args(experiment.args, command) if experiment.args else []
     if not experiment.workdir or experiment.is_rerun or not knobs.command_line_knobs(command):
         return lines
@@ -508,8 +514,7 @@ def request_run(
 ) -> Experiment:
     """Commit pending edits, check the stop rules, and ask for a slot: the experiment is
     launched at once when one is free, else queued (phase `queued`). Returns the experiment."""
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         experiment = select(state, ref, phases=(Phase.OPEN,), verb="run")
         adopt_unrecorded_commits(campaign, state, experiment)
         workdir = Path(experiment.workdir)
@@ -536,7 +541,7 @@ def request_run(
         _refuse_frozen_edits(state, experiment)
         experiment.phase, experiment.queued_at = Phase.QUEUED, now_iso()
         experiment.requested_timeout, experiment.forced = timeout, force or owed
-        campaign.state.write(state)
+        campaign.state.save(state)
         launch_queued(campaign)
         return campaign.state.read().experiments[experiment.key]
 
@@ -567,8 +572,7 @@ def _refuse_frozen_edits(state: CampaignState, experiment: Experiment) -> None:
 def launch_queued(campaign: Campaign) -> list[Experiment]:
     """Start queued experiments, oldest first, while the pool has free slots."""
     started = []
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         pool = campaign.settings.pool()
         for experiment in state.in_phase(Phase.QUEUED):
             verdict = campaign.verdict(state=state, exclude=experiment.key)
@@ -577,7 +581,6 @@ def launch_queued(campaign: Campaign) -> list[Experiment]:
                 # says so, and nothing runs past the rules.
                 record(campaign, experiment.key, Status.CANCELLED, CrashCause.STOP_RULE,
                        reason=f"stop condition met before it got a slot ({verdict.line})", reported=False)  # fmt: skip
-                state = settled_state(campaign)
                 continue
             grant = pool.grant(state.in_phase(Phase.RUNNING, Phase.DECIDE), gpus=experiment.own.gpus)
             if grant is None:
@@ -587,57 +590,78 @@ def launch_queued(campaign: Campaign) -> list[Experiment]:
     return started
 
 
-def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment, grant) -> None:
-    """Launch the experiment's run on `grant`, under its own run settings (`overrides`) where it
-    has them: command, cwd (relative to the workdir), timeout, env, name, log_dir."""
-    s = campaign.settings
-    own = experiment.own
-    verdict = campaign.verdict(state=state, exclude=experiment.key)
-    limits = [
-        t
-        for t in (s.stop_rules().per_run_timeout, own.timeout, experiment.requested_timeout, verdict.remaining_seconds)
-        if t is not None
-    ]  # fmt: skip
-    run_timeout = min(limits) if limits else DEFAULT_RUN_TIMEOUT
-    if experiment.log_path:  # a launch interrupted before state.json said `running`
+def plan_launch(
+    campaign: Campaign, experiment: Experiment, grant: Grant, *, launch: int, remaining: float | None
+) -> RunSpec:
+    """The run to start for `experiment` on `grant`, from data alone (no I/O, nothing changed), under
+    its own run settings (`overrides`, a blueprint's) where it has them:
+
+        command    `command_of`, run in the attempt's folder (`run_cwd`)
+        timeout    the tightest of the campaign's per-run limit, the attempt's own, the one asked
+                   for (`--timeout`) and `remaining`, the time the campaign has left; a day if none
+        log_path   the one a launch cut short holds (state.json said `queued`, with a log), else
+                   runs/<launch>-<key>/run.log, or <launch>-<key>.log in the attempt's own log folder
+        env        ARS_CAMPAIGN, ARS_EXPERIMENT, ARS_SLOT, PYTHONUNBUFFERED, the attempt's own, and
+                   CUDA_VISIBLE_DEVICES of its devices when the pool pins them
+        resources  what a cluster is asked for: partition, mem, cpus, and the GPUs it places the run on
+
+    The slot and devices are the grant's, or those a launch cut short holds."""
+    s, own = campaign.settings, experiment.own
+    given = (s.stop_rules().per_run_timeout, own.timeout, experiment.requested_timeout, remaining)
+    limits = [t for t in given if t is not None]
+    held = bool(experiment.log_path)
+    slot, devices = (experiment.slot, experiment.devices) if held else (grant.slot, grant.devices)
+    name = f"{launch:03d}-{experiment.key.replace('~', '-')}"
+    if held:
         log_path = Path(experiment.log_path)
+    elif own.log_dir:
+        log_path = Path(own.log_dir) / f"{name}.log"
     else:
-        state.launches += 1
-        name = f"{state.launches:03d}-{experiment.key.replace('~', '-')}"
-        log_path = (
-            Path(own.log_dir) / f"{name}.log" if own.log_dir else campaign.folder / "runs" / name / "run.log"
-        )
-        experiment.log_path, experiment.slot, experiment.devices = (
-            str(log_path),
-            grant.slot,
-            list(grant.devices),
-        )
-        campaign.state.write(state)  # slot, devices and log are held before anything starts
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path = campaign.folder / "runs" / name / "run.log"
     env = {
         "ARS_CAMPAIGN": s.name,
         "ARS_EXPERIMENT": experiment.key,
-        "ARS_SLOT": str(experiment.slot),
+        "ARS_SLOT": str(slot),
         "PYTHONUNBUFFERED": "1",
         **own.env,
     }
     pool = s.pool()
     if pool.pins_devices:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in experiment.devices)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
     resources = {k: str(v) for k, v in (("partition", s.partition), ("mem", s.mem), ("cpus", s.cpus)) if v}
     cluster_gpus = pool.cluster_gpus(own.gpus)  # Slurm or Ray places the run on its GPUs
     if cluster_gpus:
         resources["gpus"] = str(cluster_gpus)
-    spec = RunSpec(
+    return RunSpec(
         command=command_of(campaign, experiment),
         log_path=log_path,
         cwd=experiment.run_cwd,
         env=env,
-        timeout=run_timeout,
+        timeout=min(limits) if limits else DEFAULT_RUN_TIMEOUT,
         name=own.name or f"{s.name}-{experiment.key.replace('~', '-')}",
         resources=resources,
     )
-    run_file = state_path_for(log_path)
+
+
+def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment, grant: Grant) -> None:
+    """Start the run `plan_launch` plans: its slot, devices and log held in state.json first, then
+    the run started (or adopted), then the record says `running`."""
+    verdict = campaign.verdict(state=state, exclude=experiment.key)
+    fresh = not experiment.log_path  # else a launch interrupted before state.json said `running`
+    if fresh:
+        state.launches += 1
+    spec = plan_launch(
+        campaign, experiment, grant, launch=state.launches, remaining=verdict.remaining_seconds
+    )
+    if fresh:
+        experiment.log_path, experiment.slot, experiment.devices = (
+            str(spec.log_path),
+            grant.slot,
+            list(grant.devices),
+        )
+        campaign.state.save(state)  # slot, devices and log are held before anything starts
+    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+    run_file = state_path_for(spec.log_path)
     # A launcher record without a `running` phase: the process that launched it died before
     # saving state.json. Adopt that run rather than start the same attempt twice.
     run = Run.load(run_file) if run_file.exists() else launcher_for(campaign).start(spec)
@@ -647,12 +671,12 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
         gitflow.head_commit(experiment.workdir),
         run,
     )
-    experiment.started_at, experiment.timeout = run.started_at, run_timeout
-    experiment.deadline_bound = bool(verdict.remaining_seconds and run_timeout == verdict.remaining_seconds)
-    experiment.gpus = len(experiment.devices) or cluster_gpus or None
-    campaign.state.write(state)
+    experiment.started_at, experiment.timeout = run.started_at, spec.timeout
+    experiment.deadline_bound = bool(verdict.remaining_seconds and spec.timeout == verdict.remaining_seconds)
+    experiment.gpus = len(experiment.devices) or int(spec.resources.get("gpus", 0)) or None
+    campaign.state.save(state)
     note_event(
-        f"run started: {experiment.branch} ({format_duration(run_timeout)} limit, log {log_path})",
+        f"run started: {experiment.branch} ({format_duration(spec.timeout)} limit, log {spec.log_path})",
         campaign.repo,
     )
 
@@ -660,13 +684,11 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
 def relaunch(campaign: Campaign, key: str, why: str) -> Experiment:
     """Start a lost run once more, on the same commit and slot: the runner died (the machine,
     the orchestrator or a person's kill), not the hypothesis."""
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         experiment = state.experiments[key]
         experiment.lost_runs = [*experiment.lost_runs, experiment.run.log_path]
         experiment.run = experiment.log_path = experiment.started_at = experiment.result = None
         experiment.phase, experiment.relaunched_because = Phase.QUEUED, why
-        campaign.state.write(state)
     launch_queued(campaign)
     return experiment
 
@@ -680,8 +702,7 @@ def cancel(
 ):
     """Cancel the experiment's run (its whole process tree) and keep its result for the row: with
     `status`, `cause` and `reason` unless it ended by itself first."""
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         experiment = state.experiments[key]
         if experiment.phase is not Phase.RUNNING:
             return None
@@ -692,19 +713,16 @@ def cancel(
             # vanished before keeps its crash and the reason)
             experiment.result.status, experiment.result.cause = status, cause
             experiment.result.reason = reason
-        campaign.state.write(state)
         return run_state
 
 
 def note_warning(campaign: Campaign, key: str, text: str) -> None:
     """A watcher's warning (a killed worker, a full disk ...): kept for the run's row."""
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         experiment = state.experiments.get(key)
         if experiment is None or text in experiment.warnings:
             return
         experiment.warnings = [*experiment.warnings, text]
-        campaign.state.write(state)
 
 
 # ---------------------------------------------------------------- recording
@@ -714,8 +732,7 @@ def finish(campaign: Campaign, key: str, run_state, run_id: str, reported: bool 
     """Judge the finished run `run_id` of experiment `key`; write its row unless the campaign
     decides manually. Returns (result, row or None), or None when another command recorded it.
     `reported`: the caller shows the row; else `ars exp wait` will."""
-    with campaign.lock():
-        state = settled_state(campaign)
+    with transaction(campaign) as state:
         experiment = state.experiments.get(key)
         if experiment is None or experiment.phase is not Phase.RUNNING or experiment.run.run_id != run_id:
             return None
@@ -724,7 +741,7 @@ def finish(campaign: Campaign, key: str, run_state, run_id: str, reported: bool 
         manual = campaign.settings.decide == "manual" and result.has_metric
         if manual:
             experiment.phase = Phase.DECIDE
-        campaign.state.write(state)
+        campaign.state.save(state)
         if manual:
             return result, None
         return result, record(campaign, key, reported=reported)
@@ -742,12 +759,12 @@ def record(
     `status` overrides the judged result (a person's mark, a stop before the run), with the `cause`
     of a status without a metric and a `reason` for people. `reported`: the caller shows the row;
     else it waits in state.json for `ars exp wait`."""
-    with campaign.lock():
+    with transaction(campaign):
         row = _record(campaign, key, status, cause, reason, reported)
     try:
         close_old_sessions(campaign)
     except (OSError, subprocess.SubprocessError) as err:  # housekeeping never fails a recorded attempt
-        click.echo(f"warning: could not close old tmux sessions: {err}", err=True)
+        notices.warn(f"warning: could not close old tmux sessions: {err}")
     return row
 
 
@@ -785,7 +802,7 @@ def _record(
         row = rows[written]
     else:
         experiment.row_at = len(rows)  # where this attempt's row goes (appends hold the lock)
-        campaign.state.write(state)
+        campaign.state.save(state)
         row = _append_row(campaign, experiment, result, status, cause, reason or "")
     # The row is durable before any branch moves (ratchet) or the state forgets the run.
     if (
@@ -795,7 +812,7 @@ def _record(
     ):
         gitflow.move_branch_back(experiment.workdir, experiment.parent_commit)
     state.forget(experiment, row.index, status, reported)
-    campaign.state.write(state)
+    campaign.state.save(state)
     note_event(
         f"result #{row.index} {experiment.key}: {status} {campaign.settings.metric} {row.metric_value:.6f}",
         campaign.repo,
@@ -828,7 +845,7 @@ def _append_row(
             branch=experiment.branch,
             parent_commit=experiment.parent_commit,
             commit=experiment.commit or (experiment.commits[-1] if experiment.commits else ""),
-            recipe=experiment.own.command or s.command,
+            recipe=experiment.command(s.command),
             metric_name=s.metric,
             metric_value=(result.metric_value or 0.0) if measured else 0.0,
             memory_gb=result.memory_gb,

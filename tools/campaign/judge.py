@@ -90,7 +90,7 @@ def fingerprint_of(campaign: Campaign, experiment: Experiment) -> str:
     files), saved under fingerprints/<digest>.json; rows of another digest are never ranked with it."""
     s = campaign.settings
     found = fingerprint(
-        experiment.own.command or s.command,
+        experiment.command(s.command),  # as written: its arguments are the hypothesis, not the setup
         s.stop_rules().per_run_timeout or experiment.own.timeout,
         [Path(p) for p in s.frozen_paths()],
         experiment.workdir,

@@ -30,8 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import click
+from typing import TextIO
 
 from autoresearch_skills.campaign import experiment, noise, scheduler
 from autoresearch_skills.campaign.policy_settings import PolicySettings
@@ -51,6 +50,7 @@ from autoresearch_skills.errors import (
     STOP_SIGNALS,
     BadInput,
     Refused,
+    StopConditionMet,
     is_refusal,
     refusal_in_text,
     signal_exit_code,
@@ -76,19 +76,30 @@ class Reporter:
     def event(self, kind: str, line: str, **data) -> None:
         self._clear()
         if self.as_json:
-            click.echo(json.dumps({"event": kind, "message": line, **data}, default=str))
+            _write(json.dumps({"event": kind, "message": line, **data}, default=str) + "\n")
         else:
-            click.echo(line)
+            _write(line + "\n")
 
     def status(self, line: str) -> None:
         if self.live:
-            click.echo("\r\033[K" + line, nl=False)
+            _write("\r\033[K" + line)
             self._status_shown = True
 
     def _clear(self) -> None:
         if self._status_shown:
-            click.echo("\r\033[K", nl=False)
+            _write("\r\033[K")
             self._status_shown = False
+
+    def to_stderr(self, line: str) -> None:
+        """A line for whoever reads the loop's log, outside its events (after a signal)."""
+        _write(line + "\n", sys.stderr)
+
+
+def _write(text: str, stream: TextIO | None = None) -> None:
+    """Flushed at once, so a supervisor reading a pipe sees each line as it happens."""
+    stream = stream or sys.stdout
+    stream.write(text)
+    stream.flush()
 
 
 class Interrupts:
@@ -329,7 +340,7 @@ class Loop:
     def launch(self, key: str) -> None:
         try:
             record = experiment.request_run(self.campaign, key)
-        except experiment.StopConditionMet:
+        except StopConditionMet:
             experiment.record(
                 self.campaign,
                 key,
@@ -476,13 +487,17 @@ class Loop:
             elif record.phase is Phase.QUEUED:
                 self.out.event("resume", f"experiment {key}: queued for a slot", key=key)
             else:
-                workdir = Path(record.workdir)
-                experiment.adopt_unrecorded_commits(self.campaign, state, record)
-                if gitflow.changed_paths(workdir, record.snapshot):
-                    experiment.commit(self.campaign, key)
-                elif not record.commits and record.proposal:
-                    apply(Proposal(**record.proposal), workdir, self.mutable, self.frozen)
-                    experiment.commit(self.campaign, key)
+                with experiment.transaction(self.campaign) as current:
+                    record = current.experiments.get(key)  # as it is now, under the lock
+                    if record is None:
+                        continue  # recorded by another command meanwhile
+                    workdir = Path(record.workdir)
+                    experiment.adopt_unrecorded_commits(self.campaign, current, record)
+                    if gitflow.changed_paths(workdir, record.snapshot):
+                        experiment.commit(self.campaign, key)
+                    elif not record.commits and record.proposal:
+                        apply(Proposal(**record.proposal), workdir, self.mutable, self.frozen)
+                        experiment.commit(self.campaign, key)
                 self.out.event("resume", f"experiment {key}: was not launched yet; launching it", key=key)
                 self.launch(key)
 
@@ -609,7 +624,7 @@ class Loop:
         if not self.interrupts.requested:
             return 0
         for line in self.interrupted_lines():
-            click.echo(line, err=True)
+            self.out.to_stderr(line)
         return self.interrupts.exit_code
 
     def interrupted_lines(self) -> list[str]:

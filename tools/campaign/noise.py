@@ -488,6 +488,15 @@ def best(rows, direction: str, fingerprint: str | None = None) -> Best | None:
     return Best(group, shown, next((d for d in said if d), ""))
 
 
+def better(value: float, than: float, direction: str) -> bool:
+    """Whether `value` is strictly better than `than` in `direction` (min or max), beyond float
+    rounding: a tie is no evidence either way. Means at the ledger's precision that are equal are
+    equal floats (`mean_of`); values read from a curve can differ in their last bits."""
+    if math.isclose(value, than, rel_tol=1e-9, abs_tol=1e-12):
+        return False
+    return value < than if direction == "min" else value > than
+
+
 def one_line(text: str) -> str:
     """Text on one line, whatever it holds: runs of white space (newlines too) as one space."""
     return " ".join(text.split())
@@ -717,11 +726,11 @@ def mean_of(values: list[float]) -> float:
 
 def _best(found, direction: str) -> Group | None:
     _check_direction(direction)
-    kept = [g for g in found if g.kept]
-    if not kept:
-        return None
-    sign = 1 if direction == "min" else -1
-    return min(kept, key=lambda g: (sign * g.mean, g.key))
+    chosen = None
+    for group in sorted((g for g in found if g.kept), key=lambda g: g.key):
+        if chosen is None or better(group.mean, chosen.mean, direction):
+            chosen = group  # the earliest of equal means stays
+    return chosen
 
 
 def _group_of(found: dict[int, Group], index: int | None) -> Group | None:

@@ -15,7 +15,8 @@ Phases:
     decide   finished under `decide: manual`; `ars exp mark` writes the row
 
 The JSON form is the one state.json has always had: the same keys, readable by people; a key
-this version does not know is kept as it was (`extra`), so nothing a newer writer saved is lost.
+this version does not know, in a record or in one nested in it (its run, result, run settings),
+is kept as it was (`unknown`) and written back, so nothing a newer writer saved is lost.
 Pure data: no I/O here (state.py reads and writes it).
 """
 
@@ -68,6 +69,10 @@ class Overrides:
     log_dir: str | None = None
     gpus: int | None = None
     watch: dict | None = None
+    unknown: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
+
+    def to_json(self) -> dict:
+        return _json_of(self)
 
 
 @dataclass
@@ -90,6 +95,7 @@ class Result:
     throughput_key: str | None = None
     flags: list[str] = field(default_factory=list)
     cause: CrashCause | None = None  # why it has no metric (crash, timeout, cancelled)
+    unknown: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     def __post_init__(self) -> None:  # state.json holds them as text
         self.status = Status(self.status)
@@ -99,6 +105,9 @@ class Result:
     @property
     def has_metric(self) -> bool:
         return self.status.is_finished()
+
+    def to_json(self) -> dict:
+        return _json_of(self)
 
     def shown_status(self) -> str:
         """The status as people read it: a candidate is written as discard until a rerun keeps it."""
@@ -148,7 +157,7 @@ class Experiment:
     lost_runs: list[str] = field(default_factory=list)  # logs of runs whose runner died
     relaunched_because: str | None = None
     row_at: int | None = None  # where its row goes: a kill between append and forget writes none twice
-    extra: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
+    unknown: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     @property
     def own(self) -> Overrides:
@@ -164,34 +173,36 @@ class Experiment:
         workdir = Path(self.workdir or ".")
         return workdir / self.own.cwd if self.own.cwd else workdir
 
-    @property
-    def command(self) -> str | None:
-        """The attempt's own command, when it has one (else the campaign's)."""
-        return self.own.command
+    def command(self, campaign_command: str) -> str:
+        """The command as written, before its command-line knobs go in: the attempt's own (a
+        blueprint's), else the campaign's `campaign_command`."""
+        return self.own.command or campaign_command
 
     def to_json(self) -> dict:
         data = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "extra" or value is None or value == [] or value == {} or value is False:
+            if f.name == "unknown" or value is None or value == [] or value == {} or value is False:
                 continue
             if isinstance(value, Phase):
                 value = value.value
             elif f.name in ("run", "result", "overrides"):
-                value = asdict(value)
+                value = value.to_json()
             data[f.name] = value
-        return {**self.extra, **data}
+        return {**self.unknown, **data}
 
     @classmethod
     def from_json(cls, data: dict) -> Experiment:
-        known = {f.name for f in fields(cls)} - {"extra"}
+        known = {f.name for f in fields(cls)} - {"unknown"}
         values = {k: v for k, v in data.items() if k in known}
         values["key"] = data.get("key") or data["slug"]
         values["phase"] = Phase(data.get("phase") or "opening")
-        for name, kind in (("run", Run), ("result", Result), ("overrides", Overrides)):
+        if isinstance(values.get("run"), dict):
+            values["run"] = Run.from_json(values["run"])
+        for name, kind in (("result", Result), ("overrides", Overrides)):
             if isinstance(values.get(name), dict):
                 values[name] = _typed(kind, values[name])
-        return cls(**values, extra={k: v for k, v in data.items() if k not in known})
+        return cls(**values, unknown={k: v for k, v in data.items() if k not in known})
 
 
 @dataclass
@@ -210,6 +221,7 @@ class Closed:
     snapshot: dict = field(default_factory=dict)
     overrides: Overrides | None = None
     args: dict = field(default_factory=dict)
+    unknown: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     def __post_init__(self) -> None:  # state.json holds it as text
         self.status = Status(self.status) if self.status else None
@@ -224,13 +236,14 @@ class Closed:
         )  # fmt: skip
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["overrides"] = asdict(self.overrides) if self.overrides else None
+        data = _json_of(self)
+        data["overrides"] = self.overrides.to_json() if self.overrides else None
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> Closed:
         values = _known(cls, data)
+        values["unknown"] = _unknown(cls, data)
         values.setdefault("slug", "")
         values.setdefault("description", "")
         values.setdefault("branch", "")
@@ -244,10 +257,21 @@ class Closed:
 
 
 def _known(kind, data: dict) -> dict:
-    names = {f.name for f in fields(kind)}
+    names = {f.name for f in fields(kind)} - {"unknown"}
     return {k: v for k, v in data.items() if k in names}
 
 
+def _unknown(kind, data: dict) -> dict:
+    names = {f.name for f in fields(kind)} - {"unknown"}
+    return {k: v for k, v in data.items() if k not in names}
+
+
 def _typed(kind, data: dict):
-    """A nested record from its JSON form; keys this version does not know are dropped."""
-    return kind(**_known(kind, data))
+    """A nested record from its JSON form; keys this version does not know are kept (`unknown`)."""
+    return kind(**_known(kind, data), unknown=_unknown(kind, data))
+
+
+def _json_of(record) -> dict:
+    """A record's JSON form: its fields, and the keys this version did not know as they were."""
+    data = asdict(record)
+    return {**data.pop("unknown"), **data}

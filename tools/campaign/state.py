@@ -2,11 +2,20 @@
 
 Contract:
     StateFile(folder).read()      the state as it is now: a whole file, never a torn one
-    StateFile(folder).write(s)    atomic replace (the previous version kept as state.json.bak), under the lock
-    StateFile(folder).lock()      exclusive across processes, reentrant within one: a
-                                  read-check-write sequence (recording an attempt, launching
-                                  queued runs) holds it from its read to its last write
-    StateFile(folder).edit()      read, let the caller change it, write: one step under the lock
+    StateFile(folder).edit()      the one way to change it: under the lock, read, let the caller
+                                  change it, write it back (when it changed) as the block ends
+                                  without an error; atomic replace, the previous version kept as
+                                  state.json.bak
+    StateFile(folder).save(s)     inside an edit, write its state now: a step that must be durable
+                                  before the next one starts (the intent before its branch is
+                                  made, the slot before its run starts, the row's place before
+                                  the row)
+    StateFile(folder).lock()      exclusive across processes, reentrant within one
+
+An edit holds the lock from its read to its last write, so no other process changes the state in
+between. An edit inside an edit of the same campaign (a step that calls another: recording a row
+while launching queued runs) yields the same state, one view for both, saved as the inner block
+ends. A state read outside an edit cannot be written: `save` takes only the state its edit yielded.
 
 Whoever moves a campaign on (the loop, the scheduler, `ars exp` commands, a swarm) and whoever
 only looks (hooks, status, memory) goes through this class: nobody opens state.json by hand, so
@@ -22,6 +31,9 @@ The file (readable JSON; one key per fact):
     last          {index, slug, status} of the latest row written
     unreported    row indexes written by a command that did not show them (`ars exp wait` does)
     updated_at    when it was last written
+
+A key this version does not know, at the top or inside a record, is kept as it was and written
+back (`unknown`): nothing a newer release saved is lost when an older one moves the campaign on.
 
 Reads take no lock: writes replace the file atomically, so a reader sees the old version or the
 new one. A write the machine refuses (disk full, quota, read-only) raises `errors.Refused` and
@@ -50,6 +62,15 @@ _LOCKS: dict[Path, ReentrantFileLock] = {}
 
 
 @dataclass
+class _Edit:
+    state: CampaignState
+    written: str | None  # its JSON form as last read or written; None while there is no file
+
+
+_EDITS: dict[Path, _Edit] = {}  # the edit open on each campaign in this process (it holds the lock)
+
+
+@dataclass
 class CampaignState:
     experiments: dict[str, Experiment] = field(default_factory=dict)
     closed: dict[str, Closed] = field(default_factory=dict)
@@ -60,7 +81,7 @@ class CampaignState:
     last: dict | None = None
     unreported: list[int] = field(default_factory=list)
     updated_at: str | None = None
-    extra: dict = field(default_factory=dict)  # keys this version does not know, kept
+    unknown: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     # ------------------------------------------------------------ the in-flight set
 
@@ -102,7 +123,7 @@ class CampaignState:
 
     def to_json(self) -> dict:
         return {
-            **self.extra,
+            **self.unknown,
             "experiments": {k: e.to_json() for k, e in self.experiments.items()},
             "closed": {k: c.to_json() for k, c in self.closed.items()},
             "frozen": self.frozen,
@@ -134,7 +155,7 @@ class CampaignState:
             "unreported": list(data.pop("unreported", None) or []),
             "updated_at": data.pop("updated_at", None),
         }
-        return cls(experiments=experiments, closed=closed, **known, extra=data)
+        return cls(experiments=experiments, closed=closed, **known, unknown=data)
 
 
 class StateFile:
@@ -143,17 +164,57 @@ class StateFile:
         self.path = self.folder / STATE_FILE
         # One lock object per folder and process: two StateFiles of one campaign in one process
         # (two Campaign objects) must share it, or the second flock would wait on the first.
-        lock_path = (self.folder / ".lock").resolve()
-        self._lock = _LOCKS.setdefault(lock_path, ReentrantFileLock(lock_path))
+        self._key = (self.folder / ".lock").resolve()
+        self._lock = _LOCKS.setdefault(self._key, ReentrantFileLock(self._key))
 
     def lock(self) -> contextlib.AbstractContextManager[None]:
         return self._lock()
 
     def read(self) -> CampaignState:
+        """The state as it is now (no lock: the file is replaced whole)."""
+        return self._read()[0]
+
+    @property
+    def editing(self) -> CampaignState | None:
+        """The state of the edit this process has open on the campaign, if any."""
+        edit = _EDITS.get(self._key)
+        return edit.state if edit else None
+
+    @contextlib.contextmanager
+    def edit(self) -> Iterator[CampaignState]:
+        """Read under the lock, yield the state to change, write it back when it changed and the
+        block ended without an error. Inside another edit of this campaign: that edit's state."""
+        with self.lock():
+            outer = _EDITS.get(self._key)
+            if outer is not None:
+                yield outer.state
+                self.save(outer.state)
+                return
+            state, found = self._read()
+            _EDITS[self._key] = _Edit(state, _json_text(state) if found else None)
+            try:
+                yield state
+                self.save(state)
+            finally:
+                del _EDITS[self._key]
+
+    def save(self, state: CampaignState) -> None:
+        """Write the open edit's state now, before the edit ends (nothing when it is unchanged)."""
+        edit = _EDITS.get(self._key)
+        if edit is None or edit.state is not state:
+            raise RuntimeError(
+                "state.json changes only inside StateFile.edit(), on the state the edit yielded"
+            )
+        # An unchanged state is not written again: its .bak stays the version before the last change.
+        if edit.written != _json_text(state):
+            edit.written = self._write(state)
+
+    def _read(self) -> tuple[CampaignState, bool]:
+        """The state, and whether state.json exists."""
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
-            return CampaignState()
+            return CampaignState(), False
         except json.JSONDecodeError as err:
             raise BadInput(
                 f"{self.path} is not valid JSON ({err}); restore it from {self.path}.bak"
@@ -161,18 +222,17 @@ class StateFile:
         if not isinstance(data, dict):
             raise BadInput(f"{self.path} is not a campaign state (expected a JSON object); restore it from {self.path}.bak")  # fmt: skip
         try:
-            return CampaignState.from_json(data)
+            state = CampaignState.from_json(data)
         except (KeyError, TypeError, ValueError) as err:
             raise BadInput(f"{self.path} has an unreadable experiment ({err}); restore it from {self.path}.bak") from None  # fmt: skip
+        return state, True
 
-    def write(self, state: CampaignState) -> None:
-        with self.lock():
-            state.updated_at = format_iso(now())
-            write_text_atomic(self.path, json.dumps(state.to_json(), indent=2) + "\n", backup=True)
+    def _write(self, state: CampaignState) -> str:
+        state.updated_at = format_iso(now())
+        text = _json_text(state)
+        write_text_atomic(self.path, text, backup=True)
+        return text
 
-    @contextlib.contextmanager
-    def edit(self) -> Iterator[CampaignState]:
-        with self.lock():
-            state = self.read()
-            yield state
-            self.write(state)
+
+def _json_text(state: CampaignState) -> str:
+    return json.dumps(state.to_json(), indent=2) + "\n"

@@ -11,8 +11,6 @@ hooks and `ars exp wait` show. Pure reading: the ledger, state.json (through its
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from autoresearch_skills import gitflow
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.record import Experiment, Phase
@@ -76,7 +74,7 @@ def _describe_row(row, metric: str) -> str:
 
 
 def _result_facts(experiment: Experiment) -> dict | None:
-    return asdict(experiment.result) if experiment.result else None
+    return experiment.result.to_json() if experiment.result else None
 
 
 def in_flight_facts(experiment: Experiment) -> dict:

@@ -210,13 +210,10 @@ def create(
     campaign = Campaign(folder, settings)
     write_settings(campaign)
     ledger.init(campaign.ledger)
-    campaign.state.write(
-        CampaignState(
-            frozen=frozen_hashes(repo, "HEAD", settings.frozen_paths()),
-            home_branch=gitflow.current_branch(repo),
-            start_tree=gitflow.tree_state(repo).summary(),
-        )
-    )
+    with campaign.state.edit() as state:
+        state.frozen = frozen_hashes(repo, "HEAD", settings.frozen_paths())
+        state.home_branch = gitflow.current_branch(repo)
+        state.start_tree = gitflow.tree_state(repo).summary()
     if folder.parent == _campaigns_root(repo):
         (folder.parent / ".current").write_text(slug + "\n")
     return campaign

@@ -43,7 +43,8 @@ def worktrees_dir(campaign: Campaign) -> Path:
 
 def check_out(campaign: Campaign, state: CampaignState, experiment: Experiment) -> Path:
     """Check the experiment out where it may edit and run it: in place, or in a worktree of the
-    campaign's own. A new worktree is held (saved in state.json) before git creates it."""
+    campaign's own. A new worktree is held (saved in state.json) before git creates it: `state` is
+    the open transaction's."""
     checkout = experiment.checkout or experiment.branch
     busy = any(
         e.branch == checkout and e.workdir for k, e in state.experiments.items() if k != experiment.key
@@ -64,7 +65,7 @@ def check_out(campaign: Campaign, state: CampaignState, experiment: Experiment) 
             n += 1
         worktree = worktrees_dir(campaign) / f"wt-{n}"
         experiment.workdir = str(worktree)  # held from now on, even if this process dies
-        campaign.state.write(state)
+        campaign.state.save(state)
         worktree.parent.mkdir(parents=True, exist_ok=True)
         detach = [] if gitflow.branch_exists(campaign.repo, checkout) else ["--detach"]
         gitflow.git(campaign.repo, "worktree", "add", "--quiet", *detach, str(worktree), checkout)

@@ -47,6 +47,12 @@ class RunSpec:
     resources: dict[str, str] = field(default_factory=dict)  # e.g. {"gpus": "0,1", "mem": "16G"}
 
 
+def shell_exit_code(returncode: int) -> int:
+    """A return code as a shell reports it: Python's (and Ray's) -N for a process killed by signal
+    N is 128+N; any other code is itself."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 @dataclass
 class State:
     name: StateName
@@ -89,21 +95,34 @@ class Run:
     exit_code: int | None = None
     detail: str = ""
     ended_at: str | None = None
+    unknown: dict = field(default_factory=dict)  # keys this version does not know (a newer writer's), kept
+
+    def to_json(self) -> dict:
+        """The run file's form: every field, and the keys this version did not know as they were."""
+        data = asdict(self)
+        return {**data.pop("unknown"), **data}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Run:
+        known = {f.name for f in fields(cls)} - {"unknown"}
+        return cls(
+            **{k: v for k, v in data.items() if k in known},
+            unknown={k: v for k, v in data.items() if k not in known},
+        )
 
     def save(self) -> None:
         """Atomic replace: a reader never sees half a file. No fsync: the waiter's latency
         matters more than surviving a power cut, and readers judge live processes anyway."""
         path = Path(self.state_path)
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Run:
-        """Read a run file; keys this version does not know are ignored (newer writers)."""
-        data = json.loads(Path(path).read_text())
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """Read a run file; keys this version does not know are kept as they were (`unknown`),
+        and `save` writes them back."""
+        return cls.from_json(json.loads(Path(path).read_text()))
 
     def reload(self) -> Run:
         """The current record on disk (another process may have finished the run meanwhile)."""

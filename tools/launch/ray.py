@@ -72,7 +72,7 @@ from urllib.parse import urlparse
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.clock import now_iso
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug, wait_polling
+from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, shell_exit_code, slug, wait_polling
 from autoresearch_skills.launch.local import prepare_run, record, save_new
 from autoresearch_skills.launch.ray_watch import client, first_line, watcher
 from autoresearch_skills.launch.runindex import remember
@@ -356,7 +356,7 @@ def judge(details, stop_why: str, marked: int | None, placement: dict) -> State:
         node = urlparse(getattr(details, "driver_agent_http_address", None) or "").hostname
         return State("running", None, f"on {node}" if node else "")
     code = getattr(details, "driver_exit_code", None)  # Ray >= 2.20; older: the ars-exit line only
-    code = shell_status(code) if code is not None else marked
+    code = shell_exit_code(code) if code is not None else marked
     if status == "SUCCEEDED":
         return State("exited", 0 if code is None else code)
     if status == "FAILED":
@@ -371,11 +371,6 @@ def judge(details, stop_why: str, marked: int | None, placement: dict) -> State:
             return State("cancelled", None, "cancelled (ray job stop)")
         return State("cancelled", None, "stopped outside ars (ray job stop, or the dashboard)")
     return State("lost", None, f"Ray reports {status}, which this launcher does not know")
-
-
-def shell_status(code: int) -> int:
-    """Ray reports a driver killed by signal N as -N (Python's returncode); a shell says 128+N."""
-    return 128 - code if code < 0 else code
 
 
 def forgotten_state(run: Run) -> State:

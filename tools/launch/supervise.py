@@ -45,7 +45,7 @@ import traceback
 from pathlib import Path
 
 from autoresearch_skills.clock import format_duration, now_iso
-from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, LOG_REFUSED, Run, State
+from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, LOG_REFUSED, Run, State, shell_exit_code
 from autoresearch_skills.launch.proctree import children, kill_tree, start_time
 from autoresearch_skills.launch.tmuxcmd import reap_after_exit
 
@@ -61,11 +61,6 @@ STOP_REASONS = {
     "SIGINT": "SIGINT (Ctrl-C in the tmux pane)",
     "SIGHUP": "SIGHUP (the tmux session or its server was closed)",
 }
-
-
-def shell_status(code: int) -> int:
-    """Popen's -N (killed by signal N) as a shell reports it: 128+N."""
-    return 128 - code if code < 0 else code
 
 
 class Supervisor:
@@ -231,7 +226,7 @@ class Supervisor:
             if pid == 0:
                 return
             if pid == self.child_pid:
-                self.status = shell_status(os.waitstatus_to_exitcode(raw))
+                self.status = shell_exit_code(os.waitstatus_to_exitcode(raw))
 
     def _finish(self, state: State) -> int:
         run = self.run
