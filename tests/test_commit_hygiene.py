@@ -91,8 +91,7 @@ def test_exp_run_redirected_into_the_repository_commits_only_the_hypothesis_and_
     (repo / "schedule.py").write_text("WARMUP = 10\n")  # a new source file of the hypothesis
     out = ars_into(repo, "run.out", "exp", "run")
     assert "val_bpb: 1.100000" in out and "status: keep" in out
-    left_out = next(line for line in out.splitlines() if line.startswith("left out: "))
-    assert "run.out (ars's own output)" in left_out
+    # run.out was there, untracked, when the experiment opened: the user's, never a candidate
     hypothesis = git(repo, "rev-parse", "autoresearch/h/higher-lr")
     assert git(repo, "show", "--name-only", "--format=", hypothesis).splitlines() == [
         "schedule.py",
@@ -122,7 +121,7 @@ def test_a_retry_redirected_into_the_repository_commits_the_fix_only(repo: Path)
     assert "status: crash" in ars_into(repo, "run.out", "exp", "run")
     set_constant(repo / "train.py", "FAIL", "0")  # fixed where the branch is checked out
     fixed = ars_into(repo, "run.out", "exp", "run", "buggy")
-    assert "status: keep" in fixed and "run.out (ars's own output)" in fixed
+    assert "status: keep" in fixed
     crashed, retried = ledger.read(repo / "reports/auto_research/demo/results.tsv")[1:]
     assert retried.retry_of == str(crashed.index)
     assert git(repo, "show", "--name-only", "--format=%s", retried.commit).splitlines() == [
@@ -238,3 +237,19 @@ def test_a_file_left_out_never_counts_as_an_edit_of_a_rerun(repo: Path):
     assert gitflow.changed_paths(repo, snapshot) == []
     (repo / "train.py").write_text("LR = 3\n")
     assert gitflow.changed_paths(repo, snapshot) == ["train.py"]
+
+
+def test_an_untracked_file_of_the_user_edited_during_an_experiment_is_never_committed(repo: Path):
+    (repo / "notes.yaml").write_text("lr: 0.01\n")  # the user's own, untracked before the campaign
+    ars_into(repo, "init.out", "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
+             "--command", f"{sys.executable} train.py", "--stop", "10 experiments", "--prefix", "autoresearch/h",
+             "--baseline-repeats", "1")  # fmt: skip
+    ars_into(repo, "run.out", "exp", "baseline")
+    ars_into(repo, "run.out", "exp", "start", "higher-lr", "-m", "LR 0.01 -> 0.02")
+    set_constant(repo / "train.py", "LR", "0.02")
+    (repo / "notes.yaml").write_text("lr: 0.02\n")  # edited while the experiment is open, in place
+    ars_into(repo, "run.out", "exp", "run")
+    hypothesis = git(repo, "rev-parse", "autoresearch/h/higher-lr")
+    assert git(repo, "show", "--name-only", "--format=", hypothesis).splitlines() == ["train.py"]
+    ars_into(repo, "finish.out", "campaign", "finish")
+    assert (repo / "notes.yaml").read_text() == "lr: 0.02\n"  # still in the user's checkout, as left

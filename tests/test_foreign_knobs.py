@@ -214,3 +214,37 @@ def test_the_loop_stops_when_the_baseline_fails_and_runs_no_proposal(repo: Path)
     assert closing.startswith("baseline failed (#0 crash: ") and "`ars exp retry '#0'`" in closing
     ars(repo, "campaign", "resume", "fk", code=1)  # still broken: still nothing else runs
     assert len(rows(repo)) == 1
+    ars(repo, "exp", "retry", "#0")  # retried without a fix: it fails again, and still nothing else runs
+    again = ars(repo, "campaign", "run", str(path), code=1).stdout
+    assert [r.status.value for r in rows(repo)] == ["crash", "crash"]
+    assert again.strip().splitlines()[-1].startswith("baseline failed (#1 crash: ")
+
+
+def test_a_campaign_run_again_takes_up_its_files_policy_and_names_what_it_keeps(repo: Path):
+    path = campaign(
+        repo,
+        {"kind": "grid", "mutable": ["conf.yaml"], "space": {"optimizer.lr": [3e-3]}},
+        stop="6 experiments",
+    )
+    ars(repo, "campaign", "run", str(path), code=1)  # the grid is used up before the stop rule
+    assert len(rows(repo)) == 2
+    policy = {"kind": "grid", "mutable": ["conf.yaml"], "space": {"optimizer.lr": [3e-3, 2e-3]}}
+    campaign(repo, policy, f"{sys.executable} train.py config.py -n 2", stop="6 experiments")
+    again = ars(repo, "campaign", "run", str(path), code=1)
+    assert "policy taken up by the campaign" in again.stderr
+    assert "differs from the campaign's own settings in `command`" in again.stderr
+    table = rows(repo)
+    assert (
+        len(table) == 3 and "-n 2" not in table[-1].command
+    )  # the new grid point ran, on the campaign's command
+
+
+def test_a_child_of_the_best_builds_on_the_best_s_command_line_knobs(repo: Path):
+    command = f"{sys.executable} train.py config.py"
+    ars(repo, "campaign", "init", "fk", "--metric", "val_bpb", "--direction", "min", "--command", command,
+        "--stop", "6 experiments", "--baseline-repeats", "1")  # fmt: skip
+    ars(repo, "exp", "baseline")
+    ars(repo, "exp", "start", "workers", "-m", "2 workers", "--args", "-n=2")
+    ars(repo, "exp", "run", "workers")  # better: the best now runs with -n 2
+    started = ars(repo, "exp", "start", "wider", "-m", "n_embd 128 on the best", "--args", "n_embd=128")
+    assert f"command: {command} -n 2 --n_embd=128" in started.stdout  # the parent's -n 2 is kept

@@ -188,3 +188,28 @@ def test_two_processes_editing_at_once_lose_no_change(tmp_path: Path):
     data = json.loads((tmp_path / "state.json").read_text())
     assert data["launches"] == 1 + 2 * 40
     assert data["future_top"] == FUTURE["future_top"]
+
+
+def test_a_running_attempt_whose_run_is_missing_from_state_json_is_named_not_a_traceback(tmp_path: Path):
+    repo = make_repo(tmp_path / "project", {"train.py": "import time\ntime.sleep(60)\n"})
+    ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
+        "--command", f"{sys.executable} train.py", "--stop", "3 experiments")  # fmt: skip
+    out = ars(
+        repo, "exp", "start", "lr", "-m", "LR -> 0.02", "--parent", "main", "--no-baseline-check"
+    ).stdout
+    workdir = Path(out.split("workdir: ")[1].splitlines()[0])
+    (workdir / "train.py").write_text("import time\nLR = 0.02\ntime.sleep(60)\n")
+    ars(repo, "exp", "run", "lr", "--detach")
+    path = repo / "reports/auto_research/demo/state.json"
+    data = json.loads(path.read_text())
+    run = data["experiments"]["lr"].pop("run")
+    write_json(path, data)
+    try:
+        waited = ars(repo, "exp", "wait", "lr", "--for", "5s", code=2)
+        said = waited.stderr.strip().splitlines()
+        assert said[-1].endswith("lr: state.json holds no run for this attempt in running"), said
+        assert "Traceback" not in waited.stderr
+    finally:
+        data["experiments"]["lr"]["run"] = run
+        write_json(path, data)
+        ars(repo, "exp", "cancel", "lr")

@@ -1,6 +1,6 @@
 """The package type-checks: mypy over every module of tools/ under its import name, with the settings
-of pyproject.toml's [tool.mypy] (strict on the settings declaration, lenient on code written before
-the check). A setting read that names no field (`s.polcy`, `s.policy.timout`) fails here, in every
+of pyproject.toml's [tool.mypy] (strict on the campaign engine, the launchers and the ledger,
+lenient on the rest). A setting read that names no field (`s.polcy`, `s.policy.timout`) fails here, in every
 module that has left pyproject.toml's list of modules not yet clean."""
 
 from __future__ import annotations

@@ -391,21 +391,13 @@ def pending_changes(
     cwd: str | Path, snapshot: dict[str, list[int]], max_bytes: int | None = MAX_COMMIT_BYTES
 ) -> Changes:
     """What the experiment changed since `snapshot`: tracked changes, plus untracked files that
-    are new or changed since (files the user left untracked before the start stay out), split
-    into what a commit takes and the generated files it leaves out."""
+    are new since, split into what a commit takes and the generated files it leaves out. An
+    untracked file that was there when the snapshot was taken is the user's (a campaign file, notes)
+    or was left out before: it stays out even when edited since, because a commit would carry it
+    onto the experiment's branch and switching back would take it out of the user's checkout."""
     state = tree_state(cwd)
     paths = set(state.staged) | set(state.modified)
-    for path in state.untracked:
-        before = snapshot.get(path)
-        if before is None:
-            paths.add(path)
-            continue
-        try:
-            st = os.stat(Path(cwd) / path)
-        except FileNotFoundError:  # deleted since `git status` looked: nothing to commit
-            continue
-        if [st.st_size, st.st_mtime_ns] != before:
-            paths.add(path)
+    paths |= {path for path in state.untracked if path not in snapshot}
     return sort_out(cwd, sorted(paths), max_bytes, untracked=set(state.untracked))
 
 

@@ -19,9 +19,10 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 
@@ -353,6 +354,7 @@ def append(path: str | Path, row: Row | dict) -> Row:
     with _locked(path) as handle:
         data = handle.read()
         try:
+            columns: tuple[str, ...]
             if not data:
                 columns = COLUMNS
                 data = ("\t".join(COLUMNS) + "\n").encode()
@@ -388,7 +390,7 @@ def _count_rows(data: bytes) -> int:
     return max(0, data.count(b"\n") - 1 - len(_BLANK_LINE.findall(data)))  # 0 for a new file
 
 
-def _repair_tail(handle, path: Path, data: bytes, columns: tuple[str, ...]) -> bytes:
+def _repair_tail(handle: BinaryIO, path: Path, data: bytes, columns: tuple[str, ...]) -> bytes:
     """The last line has no newline: complete it when it is a whole row, else move it aside."""
     head, newline, tail = data.rpartition(b"\n")
     if not newline:  # the header alone (already checked by the caller)
@@ -414,17 +416,17 @@ class _locked:
     def __init__(self, path: Path):
         self.path = path
 
-    def __enter__(self):
+    def __enter__(self) -> BinaryIO:
         self.handle = open(self.path, "a+b")  # noqa: SIM115 (closed in __exit__)
         fcntl.flock(self.handle, fcntl.LOCK_EX)
         self.handle.seek(0)
         return self.handle
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.handle.close()
 
 
-def _write_all(handle, data: bytes) -> None:
+def _write_all(handle: BinaryIO, data: bytes) -> None:
     """Append `data` (whole lines) and make it durable, or leave the file as it was: a full disk
     that took part of it gets the file cut back, so no torn line is left for the next reader."""
     fd = handle.fileno()
@@ -509,7 +511,7 @@ def init_cmd(path: Path) -> None:
     click.echo(f"ledger: {path} ({'created' if created else 'already exists'})")
 
 
-def _append_options(func):
+def _append_options(func: Callable[..., None]) -> Callable[..., None]:
     for column in reversed(COLUMNS):
         option = "--" + column.replace("_", "-")
         kind = {"status": click.Choice(STATUSES), "cause": click.Choice(CAUSES)}.get(column, str)
@@ -521,7 +523,7 @@ def _append_options(func):
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "json_row", default=None, help="the whole row as a JSON object (fields override it)")
 @_append_options
-def append_cmd(path: Path, json_row: str | None, **values) -> None:
+def append_cmd(path: Path, json_row: str | None, **values: str | None) -> None:
     """Append one row (index assigned automatically unless given).
 
     Unset fields take defaults: metric 0.000000, job_id none, timestamps now.

@@ -15,6 +15,7 @@ from autoresearch_skills.campaign.settings import SETTINGS, Key
 from autoresearch_skills.campaign.status import status_facts
 from autoresearch_skills.campaign.store import create, find
 from autoresearch_skills.errors import BadInput, run_cli
+from autoresearch_skills.gitflow import TreeState
 
 
 @click.group("campaign")
@@ -68,7 +69,7 @@ class _Checked(click.ParamType):
     def __init__(self, key: Key):
         self.key = key
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         problem = self.key.problem(value, param.opts[0] if param else None)
         if problem:
             raise BadInput(problem)
@@ -93,7 +94,7 @@ def _validate_options(name: str, values: dict) -> None:
 @click.argument("name")
 @_declared_options
 @click.option("--json", "as_json", is_flag=True)
-def init_cmd(name: str, as_json: bool, **values) -> None:
+def init_cmd(name: str, as_json: bool, **values: Any) -> None:
     """Create a campaign: folder, settings, empty ledger, absolute deadline.
 
     Refuses to overwrite an existing campaign. Reports the working tree: uncommitted
@@ -143,7 +144,7 @@ def init_cmd(name: str, as_json: bool, **values) -> None:
             click.echo(f"{key}: {line}")
 
 
-def _isolation(worktrees: str, tree, parallel: int = 1) -> str:
+def _isolation(worktrees: str, tree: TreeState, parallel: int = 1) -> str:
     if parallel > 1:
         return "each experiment in flight runs in its own git worktree under the campaign folder"
     if worktrees == "always" or (worktrees == "auto" and tree.dirty_tracked):

@@ -24,8 +24,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from autoresearch_skills import commandline, gitflow, knobs, worktreeinclude
 from autoresearch_skills.campaign import llm
@@ -361,7 +363,10 @@ def _check_llm_policy(
             )
 
 
-def _first(items, limit: int):
+T = TypeVar("T")
+
+
+def _first(items: Iterable[T], limit: int) -> Iterator[T]:
     for n, item in enumerate(items):
         if n >= limit:
             return

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import click
 
@@ -28,6 +29,7 @@ from autoresearch_skills.clock import duration_given, format_duration
 from autoresearch_skills.errors import BadInput, Interrupted, StopConditionMet, Stopped, run_cli, signal_name
 from autoresearch_skills.ledger import STATUSES
 from autoresearch_skills.outcome import CrashCause, Status
+from autoresearch_skills.stoprule import Verdict
 
 campaign_option = click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
 
@@ -133,7 +135,7 @@ def _report(
 CANDIDATE_SAID = "candidate: within noise of the best, not kept until its rerun (the `next:` line) decides"
 
 
-def _next_rerun(campaign: Campaign, verdict):
+def _next_rerun(campaign: Campaign, verdict: Verdict) -> noise.Action | None:
     """The rerun the noise rule asks for: before a new experiment, and after a count stopped the
     campaign while time remains (the best must not rest on one draw)."""
     return experiment.owed_rerun(campaign)
@@ -150,7 +152,7 @@ def _watchers(campaign: Campaign) -> Watchers:
     return Watchers(campaign, say=lambda line: click.echo(f"watch: {line}", err=True))
 
 
-def _progress(campaign: Campaign):
+def _progress(campaign: Campaign) -> Callable[[list[Experiment]], None]:
     def show(launched: list[Experiment]) -> None:
         for facts in (in_flight_facts(e) for e in launched):
             click.echo(f"  {facts['line']}", err=True)
@@ -165,11 +167,13 @@ def _announce(record: Experiment, err: bool = True) -> None:
     if record.phase is Phase.QUEUED:
         click.echo(f"queued: {facts['key']} (no free slot; it starts when one frees)", err=err)
         return
-    click.echo(f"running: {record.branch} @ {record.commit[:8]}", err=err)
+    run = record.launched
+    click.echo(f"running: {record.branch} @ {(record.commit or '')[:8]}", err=err)
     where = f"slot {facts['slot']}" + (f", CUDA_VISIBLE_DEVICES={facts['gpus']}" if facts["gpus"] else "")
-    click.echo(f"where: {where}; {record.run.launcher} {record.run.run_id}", err=err)
-    click.echo(f"log: {record.run.log_path}", err=err)
-    click.echo(f"timeout: {format_duration(record.timeout)}", err=err)
+    click.echo(f"where: {where}; {run.launcher} {run.run_id}", err=err)
+    click.echo(f"log: {run.log_path}", err=err)
+    if record.timeout is not None:  # set at every launch
+        click.echo(f"timeout: {format_duration(record.timeout)}", err=err)
 
 
 @contextlib.contextmanager
@@ -202,11 +206,11 @@ def _still_running(ref: str | None, signum: int) -> list[str]:
     ]
 
 
-def _waits(command):
+def _waits(command: Callable[..., None]) -> Callable[..., None]:
     """For a command that waits on runs: a signal ends it with 128 + N and `_still_running`."""
 
     @functools.wraps(command)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> None:
         campaign = (
             kwargs["campaign_ref"] if "campaign_ref" in kwargs else kwargs.get("ref")
         )  # rerun's REF is a row
@@ -216,14 +220,16 @@ def _waits(command):
     return wrapper
 
 
-def _run_until_ended(campaign: Campaign, key: str, timeout, as_json: bool, again: bool = False) -> list:
+def _run_until_ended(
+    campaign: Campaign, key: str, timeout: float | None, as_json: bool, again: bool = False
+) -> list[scheduler.Ended]:
     record = experiment.request_run(campaign, key, timeout=timeout)
     if not as_json and not again:
         _announce(record)
     return _wait_for(campaign, key, as_json)
 
 
-def _wait_for(campaign: Campaign, key: str, as_json: bool) -> list:
+def _wait_for(campaign: Campaign, key: str, as_json: bool) -> list[scheduler.Ended]:
     """Wait (and watch) until experiment `key` has ended; its attempt, as one item or none."""
     ended = scheduler.wait(
         campaign,
@@ -238,12 +244,12 @@ def _wait_for(campaign: Campaign, key: str, as_json: bool) -> list:
 def run_and_report(
     campaign: Campaign,
     ref: str | None,
-    timeout,
+    timeout: float | None,
     force: bool,
     detach: bool,
     as_json: bool,
     overridden_ok: bool = False,
-):
+) -> None:
     state, record = experiment.select_or_reopen(
         campaign, ref, phases=(Phase.OPEN, Phase.QUEUED, Phase.RUNNING), verb="run"
     )
@@ -301,7 +307,7 @@ def cli() -> None:
 @click.option("--detach", is_flag=True, help="launch and return at once; `ars exp wait` reports the row")
 @click.option("--json", "as_json", is_flag=True)
 @_waits
-def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
+def baseline_cmd(ref: str | None, timeout: str | None, no_run: bool, detach: bool, as_json: bool) -> None:
     """Create <prefix>/baseline (empty commit "baseline: record starting point") and run it.
 
     \b
@@ -356,7 +362,17 @@ def baseline_cmd(ref, timeout, no_run, detach, as_json) -> None:
 )
 @campaign_option
 @click.option("--json", "as_json", is_flag=True)
-def start_cmd(slug, description, parent, no_baseline_check, predict, force, arg_items, ref, as_json) -> None:
+def start_cmd(
+    slug: str,
+    description: str,
+    parent: str,
+    no_baseline_check: bool,
+    predict: str | None,
+    force: bool,
+    arg_items: tuple[str, ...],
+    ref: str | None,
+    as_json: bool,
+) -> None:
     """Create the experiment branch <prefix>/<slug> from a parent and check it out.
 
     Then edit the files in the printed workdir and `ars exp run SLUG`. Several experiments may
@@ -414,7 +430,7 @@ def _parse_args(items: tuple[str, ...]) -> dict:
 @click.argument("slug", required=False)
 @click.option("-m", "--message", help="commit message (default: the hypothesis; later commits are fix-ups)")
 @campaign_option
-def commit_cmd(slug, message, ref) -> None:
+def commit_cmd(slug: str | None, message: str | None, ref: str | None) -> None:
     """Commit the experiment's changed files only (never anything else).
 
     SLUG may be left out when one experiment is open.
@@ -444,7 +460,15 @@ def commit_cmd(slug, message, ref) -> None:
 @campaign_option
 @click.option("--json", "as_json", is_flag=True)
 @_waits
-def run_cmd(slug, timeout, force, detach, overridden_ok, ref, as_json) -> None:
+def run_cmd(
+    slug: str | None,
+    timeout: str | None,
+    force: bool,
+    detach: bool,
+    overridden_ok: bool,
+    ref: str | None,
+    as_json: bool,
+) -> None:
     """Run an experiment under its timeout, read the metric, write its ledger row.
 
     Commits pending edits first, waits for a free slot if the pool is full, prints the metric,
@@ -474,7 +498,9 @@ def run_cmd(slug, timeout, force, detach, overridden_ok, ref, as_json) -> None:
 @click.option("--campaign", "campaign_ref", help="campaign name or folder (default: the current one)")
 @click.option("--json", "as_json", is_flag=True)
 @_waits
-def rerun_cmd(ref, times, timeout, detach, campaign_ref, as_json) -> None:
+def rerun_cmd(
+    ref: str | None, times: int, timeout: str | None, detach: bool, campaign_ref: str | None, as_json: bool
+) -> None:
     """Run a recorded commit again, unchanged: each run a new row on the same branch, marked as a
     rerun of the original row, so the runs of one commit pool into a mean and a noise estimate.
 
@@ -524,7 +550,7 @@ def rerun_cmd(ref, times, timeout, detach, campaign_ref, as_json) -> None:
 @click.argument("ref")
 @click.option("--campaign", "campaign_ref", help="campaign name or folder (default: the current one)")
 @click.option("--json", "as_json", is_flag=True)
-def retry_cmd(ref, campaign_ref, as_json) -> None:
+def retry_cmd(ref: str, campaign_ref: str | None, as_json: bool) -> None:
     """Reopen a crashed or timed-out experiment's branch for a fix-up: edit, then `ars exp run`.
 
     The next row names the row it retries. (`ars exp commit SLUG` / `ars exp run SLUG` in the
@@ -555,7 +581,7 @@ def retry_cmd(ref, campaign_ref, as_json) -> None:
 @campaign_option
 @click.option("--json", "as_json", is_flag=True)
 @_waits
-def wait_cmd(slug, seconds, ref, as_json) -> None:
+def wait_cmd(slug: str | None, seconds: str, ref: str | None, as_json: bool) -> None:
     """Wait until a run (any, or SLUG's) ends; print its row and the verdict.
 
     Also starts queued experiments as slots free. Keep each call shorter than your tool-call
@@ -616,7 +642,7 @@ def wait_cmd(slug, seconds, ref, as_json) -> None:
 @click.argument("slug", required=False)
 @click.option("--reason", default="cancelled by hand", show_default=True)
 @campaign_option
-def cancel_cmd(slug, reason, ref) -> None:
+def cancel_cmd(slug: str | None, reason: str, ref: str | None) -> None:
     """Cancel a running experiment (its whole process tree) and record it as cancelled.
 
     \b
@@ -640,7 +666,7 @@ def cancel_cmd(slug, reason, ref) -> None:
 @click.argument("slug", required=False)
 @click.option("--reason", required=True, help="why: e.g. 'flat result, simpler code'")
 @campaign_option
-def mark_cmd(status, slug, reason, ref) -> None:
+def mark_cmd(status: str, slug: str | None, reason: str, ref: str | None) -> None:
     """Decide a finished run (--decide manual) or close an experiment that never ran.
 
     \b

@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from autoresearch_skills import gitflow, knobs, notices
 from autoresearch_skills.campaign import judge as judging
@@ -32,9 +33,11 @@ from autoresearch_skills.campaign.store import Campaign, frozen_hashes
 from autoresearch_skills.clock import format_duration, now_iso
 from autoresearch_skills.errors import BadInput, StopConditionMet
 from autoresearch_skills.launch import get_launcher
-from autoresearch_skills.launch.base import Run, RunSpec, state_path_for
+from autoresearch_skills.launch.base import Launcher, Run, RunSpec, State, state_path_for
+from autoresearch_skills.ledger import Row
 from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.session_record import note_event
+from autoresearch_skills.stoprule import Verdict
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
 FIELDS = {f.name for f in fields(Experiment)}
@@ -147,7 +150,7 @@ def start(
     parent: str = "best",
     skip_baseline_check: bool = False,
     force: bool = False,
-    **extra,
+    **extra: Any,
 ) -> Experiment:
     """Open experiment `slug` from `parent`; `extra` are fields of its record (a prediction, the
     loop's proposal, a blueprint's run settings). Refused (exit 1) once the stop condition is
@@ -187,6 +190,9 @@ def start(
             if gitflow.branch_exists(campaign.repo, branch) or slug in state.experiments:
                 raise BadInput(f"branch {branch} already exists; pick another slug (every branch is kept)")
             parent_commit = resolve_parent(campaign, parent, rows)
+        inherited = args_of_commit(campaign, rows, parent_commit)
+        if inherited:  # the parent's command-line knobs are part of what it is: a child builds on them
+            extra["args"] = {**inherited, **(extra.get("args") or {})}
         experiment = Experiment(
             key=slug, slug=slug, description=description, branch=branch, branch_start=parent_commit,
             parent_ref=parent, parent_commit=parent_commit,
@@ -215,7 +221,7 @@ def parse_prediction(text: str, metric: str) -> str:
     return f"{metric} {change[0].strip()}"
 
 
-def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
+def reopen(campaign: Campaign, ref: str, mode: str, **extra: Any) -> Experiment:
     """Open another attempt on a recorded experiment's branch: `retry` (a fix-up after a crash
     or timeout: commit the fix, run again; the row names the row it retries) or `rerun` (the
     same commit once more, to measure noise or confirm a result; the row names the original).
@@ -259,6 +265,7 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
         place = closed.workdir if closed else None
         if (
             mode == "retry"
+            and closed is not None
             and place
             and workdirs.checked_out_at(place, row.branch)
             and not state.holding(place)
@@ -274,6 +281,12 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra) -> Experiment:
 
 
 ARGS_TRAILER = "Ars-Args"  # the hypothesis commit's record of its command-line knobs (JSON)
+
+
+def args_of_commit(campaign: Campaign, rows: list, commit: str) -> dict:
+    """The command-line knobs a recorded commit ran with (its `Ars-Args:` trailer); {} for none."""
+    row = next((r for r in reversed(rows) if r.commit == commit and r.parent_commit), None)
+    return recorded_args(campaign.repo, row.parent_commit, row.commit) if row else {}
 
 
 def recorded_args(repo: Path, parent: str, commit: str) -> dict:
@@ -299,7 +312,7 @@ def recorded_args(repo: Path, parent: str, commit: str) -> dict:
     return {}
 
 
-def _row_for(campaign: Campaign, rows: list, ref: str):
+def _row_for(campaign: Campaign, rows: list[Row], ref: str) -> Row:
     if ref.startswith("#") and ref[1:].isdigit():
         index = int(ref[1:])
         found = [r for r in rows if r.index == index]
@@ -324,7 +337,7 @@ def select_or_reopen(
         return state, select(state, ref, phases, verb)
     except BadInput:
         closed = state.closed.get((ref or "").rsplit("/", 1)[-1]) if ref else None
-        if not closed or closed.status is None or closed.status.is_finished():
+        if not ref or not closed or closed.status is None or closed.status.is_finished():
             raise
     reopen(campaign, ref, "retry")
     state = settled_state(campaign)
@@ -334,14 +347,14 @@ def select_or_reopen(
 # ---------------------------------------------------------------- the best and what it asks for
 
 
-def best(campaign: Campaign, rows: list | None = None):
+def best(campaign: Campaign, rows: list[Row] | None = None) -> noise.Best | None:
     """The campaign's best (noise.best: the pooled mean of a commit's confirmed runs, among rows
     of the latest fingerprint), or None before any result is kept."""
     rows = campaign.rows() if rows is None else rows
     return noise.best(rows, campaign.settings.direction)
 
 
-def _noise_action(campaign: Campaign, rows: list):
+def _noise_action(campaign: Campaign, rows: list[Row]) -> noise.Action | None:
     """The noise rule's next rerun among the rows of the latest fingerprint, or None."""
     return noise.next_action(
         rows, campaign.settings.direction, fingerprint=noise.latest_fingerprint(rows),
@@ -354,7 +367,7 @@ def _noise_action(campaign: Campaign, rows: list):
 END_RERUN_TRIGGERS = ("max_experiments", "patience", "target")
 
 
-def owed_rerun(campaign: Campaign, state: CampaignState | None = None):
+def owed_rerun(campaign: Campaign, state: CampaignState | None = None) -> noise.Action | None:
     """The rerun owed now: while new runs may start, the noise rule's next one; once the stop
     condition is met by a count, still the ones it owes while the time left fits a run, so a
     campaign never ends on a best that rests on one draw. None when nothing is owed or paused."""
@@ -367,14 +380,16 @@ def owed_rerun(campaign: Campaign, state: CampaignState | None = None):
     return next_rerun(campaign, state=state)
 
 
-def _time_for_one_more(verdict) -> bool:
+def _time_for_one_more(verdict: Verdict) -> bool:
     if verdict.should_continue or verdict.trigger not in END_RERUN_TRIGGERS:
         return False
     left, limit = verdict.remaining_seconds, verdict.per_run_timeout
     return left is None or (left > 0 and (limit is None or left >= limit))
 
 
-def next_rerun(campaign: Campaign, rows: list | None = None, state: CampaignState | None = None):
+def next_rerun(
+    campaign: Campaign, rows: list[Row] | None = None, state: CampaignState | None = None
+) -> noise.Action | None:
     """The rerun the noise rule asks for before the next new experiment (a candidate's
     confirmation, or another run of the best), unless one for that commit is already in flight."""
     action = _noise_action(campaign, campaign.rows() if rows is None else rows)
@@ -436,7 +451,7 @@ def adopt_commits(campaign: Campaign, key: str) -> list[str]:
 def _commit(
     campaign: Campaign, state: CampaignState, experiment: Experiment, message: str | None = None
 ) -> str:
-    workdir = Path(experiment.workdir)
+    workdir = experiment.worktree
     first = not experiment.fixup and (experiment.slug == "baseline" or not experiment.commits)
     text = (message or experiment.description) if first else f"fix-up: {message or 'follow-up change'}"
     if first and experiment.args:
@@ -500,7 +515,7 @@ def shadowed_knobs(campaign: Campaign, experiment: Experiment) -> list[str]:
     return knobs.shadowed_by_command(changed, command) + lines
 
 
-def launcher_for(campaign: Campaign):
+def launcher_for(campaign: Campaign) -> Launcher:
     s = campaign.settings
     if s.launcher == "tmux":
         return get_launcher("tmux", socket=s.tmux_socket)
@@ -517,14 +532,19 @@ def request_run(
     with transaction(campaign) as state:
         experiment = select(state, ref, phases=(Phase.OPEN,), verb="run")
         adopt_unrecorded_commits(campaign, state, experiment)
-        workdir = Path(experiment.workdir)
+        workdir = experiment.worktree
         changed = gitflow.changed_paths(workdir, experiment.snapshot, _max_bytes(campaign))
         if changed and experiment.is_rerun:
             raise BadInput(
                 f"{experiment.key} reruns commit {experiment.branch_start[:8]} as it is, but {changed[0]} "
                 f"was edited in {workdir}: undo the edit, or start a new experiment for it"
             )
-        args_only = bool(experiment.args) and not experiment.commits and not experiment.is_rerun
+        args_only = (
+            bool(experiment.args)
+            and not experiment.commits
+            and not experiment.is_rerun
+            and not experiment.fixup
+        )
         if changed or args_only:  # a hypothesis of command-line knobs alone still gets its commit
             _commit(campaign, state, experiment)
         verdict = campaign.verdict(state=state, exclude=experiment.key)
@@ -546,7 +566,7 @@ def request_run(
         return campaign.state.read().experiments[experiment.key]
 
 
-def _owed_at_end(campaign: Campaign, state: CampaignState, experiment: Experiment, verdict) -> bool:
+def _owed_at_end(campaign: Campaign, state: CampaignState, experiment: Experiment, verdict: Verdict) -> bool:
     """A rerun the noise rule still owes after a count stopped the campaign may run."""
     if not experiment.is_rerun or not _time_for_one_more(verdict):
         return False
@@ -558,8 +578,8 @@ def _refuse_frozen_edits(state: CampaignState, experiment: Experiment) -> None:
     """A commit that changed a frozen file (the evaluation) is never run, whoever drives."""
     if not state.frozen:
         return
-    head = gitflow.head_commit(experiment.workdir)
-    now_hashes = frozen_hashes(Path(experiment.workdir), head, list(state.frozen))
+    head = gitflow.head_commit(experiment.worktree)
+    now_hashes = frozen_hashes(experiment.worktree, head, list(state.frozen))
     changed = [path for path, blob in state.frozen.items() if now_hashes.get(path) != blob]
     if changed:
         raise BadInput(
@@ -612,7 +632,7 @@ def plan_launch(
     held = bool(experiment.log_path)
     slot, devices = (experiment.slot, experiment.devices) if held else (grant.slot, grant.devices)
     name = f"{launch:03d}-{experiment.key.replace('~', '-')}"
-    if held:
+    if experiment.log_path:  # held
         log_path = Path(experiment.log_path)
     elif own.log_dir:
         log_path = Path(own.log_dir) / f"{name}.log"
@@ -668,15 +688,16 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     experiment.fingerprint = experiment.fingerprint or judging.fingerprint_of(campaign, experiment)
     experiment.phase, experiment.commit, experiment.run = (
         Phase.RUNNING,
-        gitflow.head_commit(experiment.workdir),
+        gitflow.head_commit(experiment.worktree),
         run,
     )
     experiment.started_at, experiment.timeout = run.started_at, spec.timeout
     experiment.deadline_bound = bool(verdict.remaining_seconds and spec.timeout == verdict.remaining_seconds)
     experiment.gpus = len(experiment.devices) or int(spec.resources.get("gpus", 0)) or None
     campaign.state.save(state)
+    limit = f"{format_duration(spec.timeout)} limit" if spec.timeout is not None else "no limit"
     note_event(
-        f"run started: {experiment.branch} ({format_duration(spec.timeout)} limit, log {spec.log_path})",
+        f"run started: {experiment.branch} ({limit}, log {spec.log_path})",
         campaign.repo,
     )
 
@@ -686,7 +707,7 @@ def relaunch(campaign: Campaign, key: str, why: str) -> Experiment:
     the orchestrator or a person's kill), not the hypothesis."""
     with transaction(campaign) as state:
         experiment = state.experiments[key]
-        experiment.lost_runs = [*experiment.lost_runs, experiment.run.log_path]
+        experiment.lost_runs = [*experiment.lost_runs, experiment.launched.log_path]
         experiment.run = experiment.log_path = experiment.started_at = experiment.result = None
         experiment.phase, experiment.relaunched_because = Phase.QUEUED, why
     launch_queued(campaign)
@@ -699,14 +720,14 @@ def cancel(
     status: Status = Status.CANCELLED,
     cause: CrashCause = CrashCause.CANCELLED,
     reason: str = "cancelled",
-):
+) -> State | None:
     """Cancel the experiment's run (its whole process tree) and keep its result for the row: with
     `status`, `cause` and `reason` unless it ended by itself first."""
     with transaction(campaign) as state:
         experiment = state.experiments[key]
         if experiment.phase is not Phase.RUNNING:
             return None
-        run_state = launcher_for(campaign).cancel(experiment.run)
+        run_state = launcher_for(campaign).cancel(experiment.launched)
         experiment.result = judging.judge(campaign, experiment, run_state)
         if run_state.name != "exited" and not judging.vanished(experiment, run_state):
             # ended by us: say why, in the words of the caller (a run whose tmux session had
@@ -728,13 +749,19 @@ def note_warning(campaign: Campaign, key: str, text: str) -> None:
 # ---------------------------------------------------------------- recording
 
 
-def finish(campaign: Campaign, key: str, run_state, run_id: str, reported: bool = True):
+def finish(
+    campaign: Campaign, key: str, run_state: State, run_id: str, reported: bool = True
+) -> tuple[Result, Row | None] | None:
     """Judge the finished run `run_id` of experiment `key`; write its row unless the campaign
     decides manually. Returns (result, row or None), or None when another command recorded it.
     `reported`: the caller shows the row; else `ars exp wait` will."""
     with transaction(campaign) as state:
         experiment = state.experiments.get(key)
-        if experiment is None or experiment.phase is not Phase.RUNNING or experiment.run.run_id != run_id:
+        if (
+            experiment is None
+            or experiment.phase is not Phase.RUNNING
+            or experiment.launched.run_id != run_id
+        ):
             return None
         result = experiment.result or judging.judge(campaign, experiment, run_state)
         experiment.result = result
@@ -754,7 +781,7 @@ def record(
     cause: CrashCause | None = None,
     reason: str | None = None,
     reported: bool = True,
-):
+) -> Row:
     """Write the attempt's one ledger row, then (ratchet) move the branch back if not kept.
     `status` overrides the judged result (a person's mark, a stop before the run), with the `cause`
     of a status without a metric and a `reason` for people. `reported`: the caller shows the row;
@@ -782,11 +809,13 @@ def _record(
     cause: CrashCause | None,
     reason: str | None,
     reported: bool,
-):
+) -> Row:
     state = settled_state(campaign)
     experiment = state.experiments[key]
     result = experiment.result
     if status is None:  # as judged (a result an older release judged has no cause: the reader derives it)
+        if result is None:
+            raise ValueError(f"{key} has no judged result to record")
         status, cause = result.status, result.cause
     elif not Status(status).is_finished() and cause is None:
         raise ValueError(f"a {status} row needs its cause")
@@ -810,7 +839,7 @@ def _record(
         and status is not Status.KEEP
         and experiment.slug != "baseline"
     ):
-        gitflow.move_branch_back(experiment.workdir, experiment.parent_commit)
+        gitflow.move_branch_back(experiment.worktree, experiment.parent_commit)
     state.forget(experiment, row.index, status, reported)
     campaign.state.save(state)
     note_event(
@@ -827,7 +856,7 @@ def _append_row(
     status: Status,
     cause: CrashCause | None,
     reason: str,
-):
+) -> Row:
     from autoresearch_skills import ledger
 
     s = campaign.settings
@@ -856,7 +885,7 @@ def _append_row(
             log_path=run.log_path if run else "",
             status=status,
             description=experiment.description,
-            started_at=experiment.started_at or experiment.opened_at,
+            started_at=experiment.started_at or experiment.opened_at or "",  # "": the ledger writes now
             ended_at=result.ended_at or now_iso(),
             rerun_of="" if experiment.rerun_of is None else str(experiment.rerun_of),
             prediction=experiment.prediction or "",

@@ -227,7 +227,7 @@ def _same_interpreter(python: str) -> bool:
     # Not resolved through symlinks: two virtual environments share the base interpreter's
     # binary but not their packages.
     found = shutil.which(python)
-    return bool(found) and os.path.abspath(found) == os.path.abspath(sys.executable)
+    return found is not None and os.path.abspath(found) == os.path.abspath(sys.executable)
 
 
 def _display(path: Path | str, repo: Path) -> str:

@@ -112,7 +112,7 @@ def finished(campaign: Campaign) -> bool:
     return not state.experiments and not campaign.verdict(state=state).should_continue
 
 
-def how_to_use(campaign: Campaign, best) -> str:
+def how_to_use(campaign: Campaign, best: noise.Best) -> str:
     """`git checkout REF` to use it; and the command it ran when that command carries knobs of its
     own (`--args`, `policy.args`), which live in the command, not in the files of the branch."""
     checkout = f"`git checkout {checkout_ref(campaign, best)}`"
@@ -122,7 +122,7 @@ def how_to_use(campaign: Campaign, best) -> str:
     return f"{checkout} to use it"
 
 
-def checkout_ref(campaign: Campaign, best) -> str:
+def checkout_ref(campaign: Campaign, best: noise.Best) -> str:
     """What `git checkout` takes to use the best: its branch when the best commit is that
     branch's head, else the commit itself (a ratchet moved past it, or the branch was deleted)."""
     if (

@@ -16,42 +16,45 @@ from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.fingerprint import Fingerprint, diff, fingerprint
 from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS
 from autoresearch_skills.campaign.record import Experiment, Result
+from autoresearch_skills.campaign.settings import Settings
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now_iso, parse_iso
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch.base import LOG_REFUSED, VANISHED
+from autoresearch_skills.launch.base import LOG_REFUSED, VANISHED, State
 from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.sources.pace import Pace, read_pace
 from autoresearch_skills.sources.reading import read_metric
 
 
-def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
+def judge(campaign: Campaign, experiment: Experiment, run_state: State) -> Result:
     """Turn a finished run into a result: status, cause, metric, memory, elapsed, reason."""
     s = campaign.settings
-    log_path = experiment.run.log_path
+    run = experiment.launched
+    log_path = run.log_path
     value, missing = _read_metric(campaign, experiment, log_path)
     memory = _safe_extract(log_path, s.preset, "peak_vram_mb")
     # A run reaped later than it ended (detached, or adopted after a crash) keeps its own end time.
-    ended_at = experiment.run.reload().ended_at or now_iso()
-    elapsed = (parse_iso(ended_at) - parse_iso(experiment.started_at)).total_seconds()
+    ended_at = run.reload().ended_at or now_iso()
+    elapsed = (parse_iso(ended_at) - parse_iso(experiment.started_at or run.started_at)).total_seconds()
+    limit = format_duration(experiment.timeout) if experiment.timeout is not None else "its"  # set at launch
     noise_fields, decided, cause = {}, None, None
     if run_state.name == "timeout" and experiment.deadline_bound:
         status, cause = Status.CANCELLED, CrashCause.DEADLINE
-        reason = f"the campaign deadline came {format_duration(experiment.timeout)} into the run"
+        reason = f"the campaign deadline came {limit} into the run"
     elif run_state.name == "timeout":
         status, cause = Status.TIMEOUT, CrashCause.TIMEOUT
-        reason = f"killed at the {format_duration(experiment.timeout)} limit"
+        reason = f"killed at the {limit} limit"
     elif lost_place := vanished(experiment, run_state):
         # nobody cancelled it: the session or server went away
         status, cause, reason = Status.CRASH, CrashCause.LOST_SESSION, lost_place
     elif run_state.name == "cancelled":
         status, cause, reason = Status.CANCELLED, CrashCause.CANCELLED, "cancelled"
     elif run_state.name == "lost":
-        cluster = experiment.run.launcher in CLUSTER_LAUNCHERS
+        cluster = run.launcher in CLUSTER_LAUNCHERS
         status, cause = Status.CRASH, CrashCause.LOST if cluster else CrashCause.RUNNER_DIED
         reason = f"runner died ({run_state.detail or 'run lost'})"
     elif run_state.exit_code not in (0, None):
-        refused = experiment.run.reload().extra.get(LOG_REFUSED)  # the supervisor's log write refused
+        refused = run.reload().extra.get(LOG_REFUSED)  # the supervisor's log write refused
         status, cause = Status.CRASH, CrashCause.DISK_FULL if refused else CrashCause.EXIT_CODE
         reason = (
             f"exit code {run_state.exit_code}{_last_error(log_path)}{_missing_hint(campaign, experiment)}"
@@ -77,7 +80,7 @@ def judge(campaign: Campaign, experiment: Experiment, run_state) -> Result:
     )  # fmt: skip
 
 
-def vanished(experiment: Experiment, run_state) -> str | None:
+def vanished(experiment: Experiment, run_state: State) -> str | None:
     """Why the place the run lived in vanished under it, as its launcher recorded it ("tmux
     session exp on server -L research vanished (the tmux server is gone)"), or None."""
     if run_state.name not in ("cancelled", "lost") or experiment.run is None:
@@ -93,7 +96,7 @@ def fingerprint_of(campaign: Campaign, experiment: Experiment) -> str:
         experiment.command(s.command),  # as written: its arguments are the hypothesis, not the setup
         s.stop_rules().per_run_timeout or experiment.own.timeout,
         [Path(p) for p in s.frozen_paths()],
-        experiment.workdir,
+        experiment.worktree,
     )
     path = campaign.folder / "fingerprints" / f"{found.digest}.json"
     if not path.exists():
@@ -158,7 +161,7 @@ def _pace(campaign: Campaign, experiment: Experiment, log_path: str) -> tuple:
     return steps, throughput, key, flags
 
 
-def _read_pace(s, log_path: str) -> tuple[int | None, float | None, str | None]:
+def _read_pace(s: Settings, log_path: str) -> tuple[int | None, float | None, str | None]:
     """Steps: the `num_steps` the run prints (karpathy's end-of-run block), else the last step of
     its progress lines. Throughput: the median of `throughput_key` when it is set, else the
     progress lines' (sources/pace.py: tokens/s, samples/s, it/s), with the key it was read under."""
@@ -192,7 +195,7 @@ def _read_metric(campaign: Campaign, experiment: Experiment, log_path: str) -> t
         samples = _safe_extract(log_path, s.preset, s.metric)
         return (samples[-1].value if samples else None), f"no {s.metric} in the log{_names_hint(s, log_path)}"
     workdir = experiment.run_cwd
-    started = parse_iso(experiment.started_at).timestamp()
+    started = parse_iso(experiment.started_at or experiment.launched.started_at).timestamp()
     try:
         reading = read_metric(
             source, workdir=workdir, log_path=Path(log_path), metric=s.metric, preset=s.preset,
@@ -209,7 +212,7 @@ def _read_metric(campaign: Campaign, experiment: Experiment, log_path: str) -> t
 NAMES_TAIL = 4 * 1024 * 1024  # a crash reason reads at most this much of the log's end for names
 
 
-def _names_hint(s, log_path: str) -> str:
+def _names_hint(s: Settings, log_path: str) -> str:
     """What the log does hold, and the setting that reads the nearest name: the fix a user needs
     when the metric is asked for by a name the run never prints."""
     try:
@@ -239,7 +242,7 @@ def _missing_hint(campaign: Campaign, experiment: Experiment) -> str:
     if not experiment.workdir or Path(experiment.workdir) == campaign.repo:
         return ""
     try:
-        text = "\n".join(metrics.tail_lines(experiment.run.log_path, 200))
+        text = "\n".join(metrics.tail_lines(experiment.launched.log_path, 200))
     except (BadInput, OSError):
         return ""
     found = worktreeinclude.missing_path(text, experiment.run_cwd, campaign.repo)

@@ -47,7 +47,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 
@@ -203,7 +203,8 @@ class LlmPolicy(Policy):
         if not items:
             self._record(call, "none")
             return None
-        accepted, refused = [], []
+        accepted: list[Proposal] = []
+        refused = []
         for n, item in enumerate(items, start=1):
             try:
                 proposal = self._parameter_proposal(item, context, accepted, f"proposal {n}")
@@ -324,15 +325,16 @@ class LlmPolicy(Policy):
         if self.chat is None:
             self.chat = Chat(self.endpoint, campaign_folder(context) / LOG_NAME, self.kind)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        correcting = feedback is not None and bool(self.exchange)
-        if correcting:
+        if feedback is not None and self.exchange:
             messages += [*self.exchange, {"role": "user", "content": correction(feedback, mode)}]
         self.exchange = []  # a failed call leaves nothing to correct
         call = self.chat.ask(messages, mode=mode, asked=wanted, correction=feedback is not None)
         self.exchange = [*messages[2:], {"role": "assistant", "content": call.text}]
         return call
 
-    def _record(self, call: Call, verdict: str, reason: str | None = None, proposals: list[str] = ()) -> None:
+    def _record(
+        self, call: Call, verdict: str, reason: str | None = None, proposals: Sequence[str] = ()
+    ) -> None:
         assert self.chat is not None
         self.chat.record(call, verdict, reason, proposals)
 
@@ -406,7 +408,7 @@ def _is_pair(bounds: object) -> bool:
     )
 
 
-def allowed(spec: object) -> str:
+def allowed(spec: list | dict) -> str:
     """A space entry in words, for the prompt and for a rejection."""
     if isinstance(spec, list):
         return "one of " + ", ".join(json.dumps(v) for v in spec)
@@ -418,7 +420,7 @@ def allowed(spec: object) -> str:
     }[form]
 
 
-def _fits(value: object, spec: object) -> bool:
+def _fits(value: object, spec: list | dict) -> bool:
     if isinstance(spec, list):
         return any(_same(value, v) for v in spec)
     ((form, (low, high)),) = spec.items()
@@ -646,8 +648,8 @@ def _hunks_by_file(patch: str) -> list[tuple[str, list[tuple[int, list[str]]]]]:
             if "/dev/null" in (old, new) or old[2:] != new[2:]:
                 return []
             files.append((new[2:], []))
-        elif HUNK.match(line) and files:
-            files[-1][1].append((int(HUNK.match(line)[1]), []))
+        elif (hunk := HUNK.match(line)) and files:
+            files[-1][1].append((int(hunk[1]), []))
         elif files and files[-1][1] and line[:1] in (" ", "-", "+"):
             files[-1][1][-1][1].append(line)
     return files
@@ -709,7 +711,7 @@ def _called(func: ast.expr, name: str) -> bool:
     if isinstance(func, ast.Name):
         parts.append(func.id)
     dotted = ".".join(reversed(parts))
-    return dotted == name or dotted.endswith("." + name) or (parts and parts[0] == name)
+    return dotted == name or dotted.endswith("." + name) or (bool(parts) and parts[0] == name)
 
 
 # ---------------------------------------------------------------- prompts

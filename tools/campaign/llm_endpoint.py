@@ -58,9 +58,10 @@ import os
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from autoresearch_skills.atomicfile import append_text
@@ -180,10 +181,10 @@ class Chat:
         self.endpoint = endpoint
         self.log_path = log_path
         self.policy = policy
-        self._client = None
+        self._client: Any = None  # an openai.OpenAI once made (an optional extra)
         self._key = ""
 
-    def client(self):
+    def client(self) -> Any:
         if self._client is None:
             import openai  # an optional extra: only the llm policies need it
 
@@ -255,7 +256,9 @@ class Chat:
             call.retries += 1
             time.sleep(_backoff(call.retries, wait))
 
-    def record(self, call: Call, verdict: str | None, reason: str | None = None, proposals=()) -> None:
+    def record(
+        self, call: Call, verdict: str | None, reason: str | None = None, proposals: Iterable[str] = ()
+    ) -> None:
         call.verdict = verdict
         if reason is not None:
             call.reason = self.mask(reason)
@@ -268,7 +271,7 @@ class Chat:
         return text.replace(self._key, "***") if self._key else text
 
 
-def _reply_text(response) -> str:
+def _reply_text(response: object) -> str:
     choices = getattr(response, "choices", None) or []
     message = getattr(choices[0], "message", None) if choices else None
     return (getattr(message, "content", None) or "").strip()

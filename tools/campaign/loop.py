@@ -30,12 +30,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import TextIO
 
 from autoresearch_skills.campaign import experiment, noise, scheduler
 from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.proposals import (
     MAX_RETRIES,
+    Policy,
     Proposal,
     Rejected,
     apply,
@@ -56,6 +58,7 @@ from autoresearch_skills.errors import (
     signal_exit_code,
     signal_name,
 )
+from autoresearch_skills.ledger import Row
 from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.yamlfile import read_yaml
 
@@ -73,7 +76,7 @@ class Reporter:
         self.live = sys.stdout.isatty() and not as_json
         self._status_shown = False
 
-    def event(self, kind: str, line: str, **data) -> None:
+    def event(self, kind: str, line: str, **data: object) -> None:
         self._clear()
         if self.as_json:
             _write(json.dumps({"event": kind, "message": line, **data}, default=str) + "\n")
@@ -113,15 +116,15 @@ class Interrupts:
         self.requested = False
         self.signum: int | None = None  # the first signal
         self.forced = False  # a second one
-        self._previous = {}
+        self._previous: dict[int, signal._HANDLER] = {}  # signal -> the handler it had before
 
-    def __enter__(self):
+    def __enter__(self) -> Interrupts:
         for sig in STOP_SIGNALS:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
             self.forced = True
             return
@@ -135,7 +138,7 @@ class Interrupts:
     def name(self) -> str:
         return signal_name(self.signum or signal.SIGINT)
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
@@ -178,7 +181,7 @@ def open_campaign(path: Path, cwd: Path = Path("."), warn: Callable[[str], None]
         else repo / CAMPAIGNS_DIR / gitflow.slugify(config["name"])
     )
     if (folder / "campaign.yaml").exists():
-        return load(folder)
+        return _continued(load(folder), config, path, warn)
     stop = config.get("stop")
     given = {"name", "metric", "direction", "command", "stop", "prefix", "folder"}  # create()'s own arguments
     settable = {k for k, key in SETTINGS.items() if key.stored and not key.internal and k not in given}
@@ -200,6 +203,34 @@ def open_campaign(path: Path, cwd: Path = Path("."), warn: Callable[[str], None]
     return campaign
 
 
+def _continued(campaign: Campaign, config: dict, path: Path, warn: Callable[[str], None] | None) -> Campaign:
+    """A campaign run again from its file: the file's `policy:` is what to try next, so it is taken
+    up (a queue or grid extended in the file runs); every other setting stays the campaign's own,
+    decided at its start, and a file that now says otherwise is named, never followed silently."""
+    from autoresearch_skills.campaign.store import write_settings
+
+    say = warn or (lambda text: print(f"warning: {text}", file=sys.stderr))
+    policy = PolicySettings.from_mapping(config["policy"])
+    if policy != campaign.settings.policy:
+        campaign.settings.policy = policy
+        write_settings(campaign)
+        say(f"{path}: policy taken up by the campaign in {campaign.folder}")
+    fixed = {"policy", "stop", "folder", "name"}  # the stop rules were fixed (deadline) at the start
+    own = campaign.settings.to_mapping()
+    differ = [
+        key
+        for key, value in config.items()
+        if key not in fixed and key in own and not isinstance(value, dict) and own[key] != value
+    ]
+    if differ:
+        say(
+            f"{path} differs from the campaign's own settings in {', '.join(f'`{k}`' for k in differ)}: the "
+            f"campaign keeps its own ({campaign.folder / 'campaign.yaml'}); start a new campaign (another "
+            "`name:`) to run with these"
+        )
+    return campaign
+
+
 # ---------------------------------------------------------------- the loop
 
 
@@ -214,7 +245,7 @@ class Loop:
         self.parent = self.policy.parent
         self.pool = campaign.settings.pool()
         self.exhausted = False
-        self.broken = None  # the baseline's failed row, when no run of it finished
+        self.broken: Row | None = None  # the baseline's failed row, when no run of it finished
         self.refused_in_a_row = 0  # proposals given up in a row (each after its retries)
         self.refusal: str | None = None  # why the loop stopped asking: the last refusal
         self.cancelled: set[str] = set()
@@ -244,6 +275,9 @@ class Loop:
                 record = experiment.start_baseline(self.campaign)
                 self.launch(record.key)
                 self.wait_for({record.key})  # every proposal branches from a measured starting point
+            retried = {e.key for e in self.in_flight() if e.slug == "baseline"}
+            if retried and self.broken_baseline() is not None:
+                self.wait_for(retried)  # a retried baseline decides before any proposal runs on it
             self.broken = self.broken_baseline()
             if self.broken is not None:
                 return self.finish()
@@ -264,15 +298,13 @@ class Loop:
     def in_flight(self) -> list[Experiment]:
         return scheduler.in_flight(self.campaign)
 
-    def broken_baseline(self):
-        """The baseline's last row when no run of it finished (and none is in flight): every
-        proposal would branch from a starting point that does not run, and crash alike."""
+    def broken_baseline(self) -> Row | None:
+        """The baseline's last row when no run of it finished: every proposal would branch from a
+        starting point that does not run, and crash alike."""
         if not self.campaign.settings.require_baseline:
             return None
         runs = [r for r in self.campaign.rows() if Path(r.branch).name == "baseline"]
         if not runs or any(r.status.is_finished() for r in runs):
-            return None
-        if any(e.slug == "baseline" for e in self.in_flight()):
             return None
         return runs[-1]
 
@@ -294,7 +326,7 @@ class Loop:
     def free_slots(self) -> int:
         return self.pool.parallel - len(self.campaign.state.read().launched)
 
-    def fill_slots(self, policy) -> None:
+    def fill_slots(self, policy: Policy) -> None:
         """Open and launch proposals while a slot is free and the stop rules allow a new start."""
         while self.free_slots() > 0 and not self.interrupts.requested:
             if not self.go_on(quiet=True):
@@ -350,20 +382,21 @@ class Loop:
             )
             return
         if record.phase is Phase.RUNNING:
+            run = record.launched
             where = f"slot {record.slot}" + (
                 f", GPUs {','.join(map(str, record.devices))}" if record.devices else ""
             )
+            limit = f"{format_duration(record.timeout)} limit" if record.timeout is not None else "no limit"
             self.out.event(
                 "launch",
-                f"started {key} on {where} ({record.run.launcher} {record.run.run_id}, "
-                f"{format_duration(record.timeout)} limit)",
+                f"started {key} on {where} ({run.launcher} {run.run_id}, {limit})",
                 key=key,
                 slot=record.slot,
                 devices=record.devices,
-                run_id=record.run.run_id,
+                run_id=run.run_id,
             )
 
-    def propose(self, policy) -> str | None:
+    def propose(self, policy: Policy) -> str | None:
         """Open the next experiment from a proposal that validates, feeding rejections back.
         None when the policy has nothing left, or has had MAX_REFUSED_PROPOSALS in a row refused.
         A proposal still rejected after the retries is given up (REFUSED): nothing ran, so it is
@@ -408,7 +441,7 @@ class Loop:
             self.campaign, proposal.slug, proposal.description, parent=parent, skip_baseline_check=True,
             proposal=proposal.__dict__, args=proposal.args,
         )  # fmt: skip
-        apply(proposal, Path(record.workdir), self.mutable, self.frozen)
+        apply(proposal, record.worktree, self.mutable, self.frozen)
         experiment.commit(self.campaign, record.key)
         self.out.event(
             "start",
@@ -474,7 +507,7 @@ class Loop:
         for record in list(state.experiments.values()):
             key = record.key
             if record.phase is Phase.RUNNING:
-                run_state = launcher.status(record.run)
+                run_state = launcher.status(record.launched)
                 how = (
                     "its runner died; starting it once more"
                     if run_state.name == "lost"
@@ -488,15 +521,15 @@ class Loop:
                 self.out.event("resume", f"experiment {key}: queued for a slot", key=key)
             else:
                 with experiment.transaction(self.campaign) as current:
-                    record = current.experiments.get(key)  # as it is now, under the lock
-                    if record is None:
+                    now_held = current.experiments.get(key)  # as it is now, under the lock
+                    if now_held is None:
                         continue  # recorded by another command meanwhile
-                    workdir = Path(record.workdir)
-                    experiment.adopt_unrecorded_commits(self.campaign, current, record)
-                    if gitflow.changed_paths(workdir, record.snapshot):
+                    workdir = now_held.worktree
+                    experiment.adopt_unrecorded_commits(self.campaign, current, now_held)
+                    if gitflow.changed_paths(workdir, now_held.snapshot):
                         experiment.commit(self.campaign, key)
-                    elif not record.commits and record.proposal:
-                        apply(Proposal(**record.proposal), workdir, self.mutable, self.frozen)
+                    elif not now_held.commits and now_held.proposal:
+                        apply(Proposal(**now_held.proposal), workdir, self.mutable, self.frozen)
                         experiment.commit(self.campaign, key)
                 self.out.event("resume", f"experiment {key}: was not launched yet; launching it", key=key)
                 self.launch(key)
@@ -542,7 +575,7 @@ class Loop:
         )
         parts = []
         for record in running:
-            elapsed = (now() - parse_iso(record.started_at)).total_seconds()
+            elapsed = (now() - parse_iso(record.started_at or record.launched.started_at)).total_seconds()
             parts.append(
                 f"{record.key} {format_duration(elapsed)} {s.metric} {self.latest.get(record.key, '-')}"
             )
@@ -557,7 +590,7 @@ class Loop:
         s = self.campaign.settings
         for record in running:
             try:
-                sample = metrics.latest(record.run.log_path, s.preset).get(s.metric)
+                sample = metrics.latest(record.launched.log_path, s.preset).get(s.metric)
             except (BadInput, OSError):
                 continue
             if sample:
@@ -611,12 +644,13 @@ class Loop:
             if self.refusal:
                 why = (
                     f"proposals refused: the last {MAX_REFUSED_PROPOSALS} were refused before anything ran "
-                    f"({self.refusal}) ({verdict.line}); fix the proposer or `policy:`, then `ars campaign resume`"
+                    f"({self.refusal}) ({verdict.line}); fix the proposer or `policy:` in the campaign file, then "
+                    "`ars campaign run` it again"
                 )
             else:
                 why = (
-                    f"policy exhausted: no more proposals ({verdict.line}); add to `policy:` and "
-                    "`ars campaign resume` to go on"
+                    f"policy exhausted: no more proposals ({verdict.line}); add to `policy:` in the campaign file "
+                    "and `ars campaign run` it again to go on"
                 )
             self.out.event("verdict", why, should_continue=False, exhausted=True)
             return 1
@@ -647,7 +681,7 @@ class Loop:
     def runs_in_flight(self) -> str:
         """The attempts that go on without the loop, in words ("" when none)."""
         state = self.campaign.state.read()
-        running = [f"{e.key} ({e.run.launcher} {e.run.run_id})" for e in state.running]
+        running = [f"{e.key} ({e.launched.launcher} {e.launched.run_id})" for e in state.running]
         queued = [e.key for e in state.launched if e.phase is Phase.QUEUED]
         deciding = [e.key for e in state.launched if e.phase is Phase.DECIDE]
         parts = [f"{len(running)} run(s) keep running: {', '.join(running)}"] if running else []

@@ -63,9 +63,11 @@ is measured well enough for a 3-sigma gain to clear it; a best run three times k
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from statistics import NormalDist
+from typing import Any, Protocol
 
 from autoresearch_skills.outcome import Status
 
@@ -81,6 +83,43 @@ DETERMINISTIC = (
     "identical repeats: this target is deterministic; "
     "new bests are not rerun because a rerun repeats the same number"
 )
+
+
+class LedgerRow(Protocol):
+    """What the noise rule and the best read of a ledger row: a `ledger.Row` (the ledger imports
+    this module)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def status(self) -> Status: ...
+
+    @property
+    def metric_value(self) -> float: ...
+
+    @property
+    def metric_name(self) -> str: ...
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def commit(self) -> str: ...
+
+    @property
+    def branch(self) -> str: ...
+
+    @property
+    def rerun_of(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def flags(self) -> str: ...
+
+    def to_dict(self) -> dict: ...
 
 
 @dataclass(frozen=True)
@@ -192,7 +231,7 @@ class Best:
     `metric_value` the mean of its runs, `status` always `keep`."""
 
     group: Group  # its finished runs: key (the first row's index), indexes, n, mean
-    row: object  # the latest kept row of its commit: the columns `to_dict` shows (log, sigma ...)
+    row: LedgerRow  # the latest kept row of its commit: the columns `to_dict` shows (log, sigma ...)
     description: str  # the hypothesis, as its commit's first row says it
     status: Status = Status.KEEP  # its commit's decided status: never a candidate row's `discard`
 
@@ -275,7 +314,7 @@ class Action:
 # ---------------------------------------------------------------- pooling
 
 
-def groups(rows, fingerprint: str | None = None) -> dict[int, Group]:
+def groups(rows: Iterable[LedgerRow], fingerprint: str | None = None) -> dict[int, Group]:
     """Finished rows pooled by commit (and `rerun_of` links), one group per fingerprint, keyed by
     the index of the group's first row. `fingerprint` keeps only groups with that fingerprint."""
     finished = sorted(
@@ -320,13 +359,13 @@ def groups(rows, fingerprint: str | None = None) -> dict[int, Group]:
     }
 
 
-def estimate(rows, fingerprint: str | None = None) -> Estimate:
+def estimate(rows: Iterable[LedgerRow], fingerprint: str | None = None) -> Estimate:
     """The pooled within-commit standard deviation (see `pooled_sigma`) of the finished rows."""
     found = groups(rows, fingerprint).values()
     return pooled_sigma([g.values for g in found], [g.indexes for g in found])
 
 
-def sigma(rows, fingerprint: str | None = None) -> float | None:
+def sigma(rows: Iterable[LedgerRow], fingerprint: str | None = None) -> float | None:
     """The campaign's run-to-run standard deviation, None when no commit has two finished runs."""
     return estimate(rows, fingerprint).sigma
 
@@ -462,7 +501,7 @@ def t_line(z: float, dof: int | None) -> float:
     return student_t_quantile(NormalDist().cdf(z), dof)
 
 
-def latest_fingerprint(rows) -> str | None:
+def latest_fingerprint(rows: Sequence[LedgerRow]) -> str | None:
     """The fingerprint of the newest row that has one: what a campaign ranks by now."""
     return next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
 
@@ -470,7 +509,7 @@ def latest_fingerprint(rows) -> str | None:
 # ---------------------------------------------------------------- the best
 
 
-def best(rows, direction: str, fingerprint: str | None = None) -> Best | None:
+def best(rows: Iterable[LedgerRow], direction: str, fingerprint: str | None = None) -> Best | None:
     """The campaign's best result, the one every command shows and uses: among the rows of
     `fingerprint` (default: the latest, `latest_fingerprint`; "" in a ledger without fingerprints),
     the commit with a keep row whose mean over its finished runs is best; the earliest wins a tie.
@@ -612,7 +651,7 @@ def decide(
 
 
 def assess(
-    rows,
+    rows: Iterable[LedgerRow],
     value: float,
     direction: str,
     *,
@@ -664,7 +703,11 @@ def assess(
 
 
 def next_action(
-    rows, direction: str, *, fingerprint: str | None = None, policy: Policy = DEFAULT_POLICY
+    rows: Iterable[LedgerRow],
+    direction: str,
+    *,
+    fingerprint: str | None = None,
+    policy: Policy = DEFAULT_POLICY,
 ) -> Action | None:
     """The rerun the campaign owes before its next new experiment, or None. Read from the ledger
     alone, so a resumed campaign picks up where it stopped:
@@ -705,7 +748,7 @@ def baseline_repeats_default(per_run_timeout_seconds: float | None) -> int:
     return DEFAULT_POLICY.best_runs
 
 
-def default_policy(per_run_timeout_seconds: float | None, **changes) -> Policy:
+def default_policy(per_run_timeout_seconds: float | None, **changes: Any) -> Policy:
     """The default policy for runs of this length: `best_runs` = `baseline_repeats_default`."""
     return replace(
         DEFAULT_POLICY, **{"best_runs": baseline_repeats_default(per_run_timeout_seconds), **changes}
@@ -724,7 +767,7 @@ def mean_of(values: list[float]) -> float:
     return sum(round(x * scale) for x in values) / (len(values) * scale)  # int / int: rounded once
 
 
-def _best(found, direction: str) -> Group | None:
+def _best(found: Iterable[Group], direction: str) -> Group | None:
     _check_direction(direction)
     chosen = None
     for group in sorted((g for g in found if g.kept), key=lambda g: g.key):
@@ -744,7 +787,7 @@ def _check_direction(direction: str) -> None:
         raise ValueError(f"direction must be min or max, not {direction!r}")
 
 
-def _int(text) -> int | None:
+def _int(text: str | int | None) -> int | None:
     if not text:  # most rows: "" (not a rerun)
         return None
     try:
@@ -753,7 +796,7 @@ def _int(text) -> int | None:
         return None
 
 
-def _flags(row) -> set[str]:
+def _flags(row: LedgerRow) -> set[str]:
     """The row's flags: separated by "; " (the ledger's form), or by commas in older rows."""
     if not row.flags:
         return set()

@@ -49,7 +49,9 @@ class Pool:
     launcher: str = "local"
 
     @classmethod
-    def from_settings(cls, parallel, gpus, gpus_per_run, launcher: str = "local") -> Pool:
+    def from_settings(
+        cls, parallel: int | str | None, gpus: object, gpus_per_run: int | str | None, launcher: str = "local"
+    ) -> Pool:
         devices = parse_devices(gpus)
         if gpus_per_run not in (None, ""):
             per_run = _positive_int(gpus_per_run, "gpus_per_run")
@@ -142,7 +144,7 @@ _TORCH_DEVICE = re.compile(r"(?:cuda|gpu|device)s?\s*[:#=]?\s*(\d+)", re.IGNOREC
 _VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*=\s*")
 
 
-def parse_gpu_spec(value, label: str = "gpus") -> GpuSpec:
+def parse_gpu_spec(value: object, label: str = "gpus") -> GpuSpec:
     """`4`, "4" -> GpuSpec(4): four GPUs. "0-7", "0,1,2,3", "0-3,6", "4,", [4, 5], "[4, 5]",
     "CUDA_VISIBLE_DEVICES=4,5" -> those device ids. BadInput, naming the right spelling, for
     anything else (`0`, `cuda:4`, `gpu4`, a range that runs backwards, a device named twice).
@@ -175,7 +177,7 @@ def parse_gpu_spec(value, label: str = "gpus") -> GpuSpec:
     raise BadInput(f"{label} {shown} is not {GPU_SPELLINGS}")
 
 
-def parse_devices(value) -> tuple[int, ...]:
+def parse_devices(value: object) -> tuple[int, ...]:
     """The device ids of a pool (sorted): those a `gpus` value names, or 0..N-1 for a count N;
     () for no value."""
     if value in (None, "", []):
@@ -214,13 +216,13 @@ def _split(text: str) -> list[str]:
     return [part for part in re.split(r"[,\s]+", text.strip()) if part]
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, str):
         return value if value.strip() and not re.search(r"\s", value.strip()) else repr(value)
     return "[" + ", ".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else str(value)
 
 
-def _positive_int(value, name: str) -> int:
+def _positive_int(value: int | str, name: str) -> int:
     try:
         number = int(value)
     except (TypeError, ValueError):

@@ -83,7 +83,7 @@ def _grid(space: dict) -> Iterator[dict]:
         yield dict(zip(names, values))
 
 
-def _draw(spec, rng: random.Random):
+def _draw(spec: object, rng: random.Random) -> object:
     if isinstance(spec, list):
         return rng.choice(spec)
     if isinstance(spec, dict) and "uniform" in spec:

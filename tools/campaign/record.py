@@ -25,7 +25,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
+from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch.base import Run
 from autoresearch_skills.outcome import CrashCause, Status
 
@@ -164,6 +166,22 @@ class Experiment:
         return self.overrides or Overrides()
 
     @property
+    def launched(self) -> Run:
+        """The run of an attempt past its launch (running, or ended and not yet recorded): state.json
+        holds one for each, so a missing one is a broken state file, named here."""
+        if self.run is None:
+            raise BadInput(f"{self.key}: state.json holds no run for this attempt in {self.phase.value}")
+        return self.run
+
+    @property
+    def worktree(self) -> Path:
+        """The checkout of an attempt past its opening (open, running, deciding): state.json holds one
+        for each, so a missing one is a broken state file, named here."""
+        if self.workdir is None:
+            raise BadInput(f"{self.key}: state.json holds no workdir for this attempt in {self.phase.value}")
+        return Path(self.workdir)
+
+    @property
     def is_rerun(self) -> bool:
         return self.rerun_of is not None
 
@@ -256,22 +274,22 @@ class Closed:
         return cls(**values)
 
 
-def _known(kind, data: dict) -> dict:
+def _known(kind: type[Any], data: dict) -> dict:
     names = {f.name for f in fields(kind)} - {"unknown"}
     return {k: v for k, v in data.items() if k in names}
 
 
-def _unknown(kind, data: dict) -> dict:
+def _unknown(kind: type[Any], data: dict) -> dict:
     names = {f.name for f in fields(kind)} - {"unknown"}
     return {k: v for k, v in data.items() if k not in names}
 
 
-def _typed(kind, data: dict):
+def _typed(kind: type[Any], data: dict) -> Any:  # an instance of `kind`
     """A nested record from its JSON form; keys this version does not know are kept (`unknown`)."""
     return kind(**_known(kind, data), unknown=_unknown(kind, data))
 
 
-def _json_of(record) -> dict:
+def _json_of(record: Any) -> dict:  # one of the dataclasses above
     """A record's JSON form: its fields, and the keys this version did not know as they were."""
     data = asdict(record)
     return {**data.pop("unknown"), **data}

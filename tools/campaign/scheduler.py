@@ -23,6 +23,7 @@ from autoresearch_skills.campaign.record import Experiment, Phase, Result
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.watch import Watchers
 from autoresearch_skills.launch.base import VANISHED
+from autoresearch_skills.ledger import Row
 
 WATCH_STEP = 1.0  # seconds to block on the only live run between watcher polls (it wakes on the end)
 MANY_STEP = 0.25  # ... on one of several: another one's end is noticed within this
@@ -32,7 +33,7 @@ MANY_STEP = 0.25  # ... on one of several: another one's end is noticed within t
 class Ended:
     key: str
     result: Result
-    row: object | None  # the ledger row; None while a manual decision is pending
+    row: Row | None  # the ledger row; None while a manual decision is pending
     experiment: Experiment | None = None
 
 
@@ -42,18 +43,19 @@ def tick(campaign: Campaign, reporting: set[str] | None = None) -> list[Ended]:
     ended: list[Ended] = []
     launcher = lifecycle.launcher_for(campaign)
     for record in lifecycle.settled_state(campaign).running:
-        run_state = launcher.status(record.run)
+        run = record.launched
+        run_state = launcher.status(run)
         if not run_state.finished:
             continue
         # A runner that died with the orchestrator runs once more; one whose tmux session or
         # server vanished would vanish again: it is the row's crash, named.
-        vanished = record.run.reload().extra.get(VANISHED)
+        vanished = run.reload().extra.get(VANISHED)
         if run_state.name == "lost" and not record.lost_runs and not vanished:
-            launcher.cancel(record.run)  # whatever is left of its tree goes first: no orphan on the GPUs
+            launcher.cancel(run)  # whatever is left of its tree goes first: no orphan on the GPUs
             lifecycle.relaunch(campaign, record.key, run_state.detail or "runner died")
             continue
         reported = reporting is None or record.key in reporting
-        done = lifecycle.finish(campaign, record.key, run_state, record.run.run_id, reported=reported)
+        done = lifecycle.finish(campaign, record.key, run_state, run.run_id, reported=reported)
         if done is not None:
             ended.append(Ended(record.key, done[0], done[1], record))
     lifecycle.launch_queued(campaign)
@@ -109,7 +111,7 @@ def wait(
         if target is None:
             time.sleep(step)  # all queued: a slot frees when a run the caller is not waiting on ends
         else:
-            launcher.wait(target.run, step)
+            launcher.wait(target.launched, step)
 
 
 def take_unreported(campaign: Campaign, keys: set[str] | None = None) -> list[int]:
@@ -123,7 +125,7 @@ def take_unreported(campaign: Campaign, keys: set[str] | None = None) -> list[in
         return taken
 
 
-def _key_of(row) -> set[str]:
+def _key_of(row: Row | None) -> set[str]:
     if row is None:
         return set()
     return {row.branch, row.branch.rsplit("/", 1)[-1]}

@@ -54,6 +54,7 @@ from autoresearch_skills.campaign.record import Closed, Experiment, Phase
 from autoresearch_skills.clock import format_iso, now
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.filelock import ReentrantFileLock
+from autoresearch_skills.outcome import Status
 
 STATE_FILE = "state.json"
 CLOSED_KEEP = 50  # recorded attempts remembered for fix-ups and reruns; the ledger has the rest
@@ -109,7 +110,7 @@ class CampaignState:
             n += 1
         return f"{slug}~{n}"
 
-    def forget(self, experiment: Experiment, row: int, status: str, reported: bool) -> None:
+    def forget(self, experiment: Experiment, row: int, status: Status, reported: bool) -> None:
         """The attempt's row is written: it leaves the in-flight set and is remembered as closed."""
         del self.experiments[experiment.key]
         closed = {k: v for k, v in self.closed.items() if k != experiment.slug}

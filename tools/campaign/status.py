@@ -11,6 +11,8 @@ hooks and `ars exp wait` show. Pure reading: the ledger, state.json (through its
 
 from __future__ import annotations
 
+from typing import Any
+
 from autoresearch_skills import gitflow
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.record import Experiment, Phase
@@ -19,6 +21,7 @@ from autoresearch_skills.clock import format_duration, now, parse_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch.base import FINISHED, VANISHED, Run
 from autoresearch_skills.launch.tmux import HANG_UP, vanished
+from autoresearch_skills.ledger import Row
 
 
 def status_facts(campaign: Campaign) -> dict:
@@ -67,7 +70,7 @@ def status_facts(campaign: Campaign) -> dict:
     }
 
 
-def _describe_row(row, metric: str) -> str:
+def _describe_row(row: Row, metric: str) -> str:
     """The latest row as it was written (a candidate's row says `discard`, with its flag)."""
     value = f"{row.metric_value:.6f}" if row.status.is_finished() else "no metric"
     return f"#{row.index} {row.status} {metric} {value} on {row.branch} @ {row.commit[:8]}: {row.text()}"
@@ -84,7 +87,7 @@ def in_flight_facts(experiment: Experiment) -> dict:
     if experiment.phase is Phase.RUNNING and experiment.started_at:
         elapsed = format_duration((now() - parse_iso(experiment.started_at)).total_seconds())
     devices = ",".join(str(d) for d in experiment.devices) or None
-    facts = {
+    facts: dict[str, Any] = {
         "key": experiment.key,
         "branch": experiment.branch,
         "phase": experiment.phase.value,

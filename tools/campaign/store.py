@@ -14,11 +14,13 @@ names the campaign that `ars exp ...` commands act on when none is given.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from autoresearch_skills import ledger
 from autoresearch_skills.atomicfile import write_text_atomic
@@ -28,7 +30,7 @@ from autoresearch_skills.campaign.settings import Settings, check_keys
 from autoresearch_skills.campaign.state import CampaignState, StateFile
 from autoresearch_skills.clock import format_iso, now, parse_iso
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.stoprule import evaluate
+from autoresearch_skills.stoprule import Verdict, evaluate
 
 PAUSE_FILE = "paused"  # JSON {reason, at}: written by `ars campaign pause`, removed by `ars campaign resume`
 
@@ -51,7 +53,7 @@ class Campaign:
     def repo(self) -> Path:
         return Path(self.settings.repo)
 
-    def lock(self):
+    def lock(self) -> contextlib.AbstractContextManager[None]:
         """Exclusive across processes (reentrant within one): recording an attempt is a
         read-check-append-clear sequence that two commands must never interleave."""
         return self.state.lock()
@@ -91,7 +93,7 @@ class Campaign:
 
     def verdict(
         self, at: datetime | None = None, state: CampaignState | None = None, exclude: str | None = None
-    ):
+    ) -> Verdict:
         """The stop verdict; attempts still in flight (launched, not yet recorded) count as attempted.
         `exclude`: an experiment not to count (the one about to be launched)."""
         state = self.state.read() if state is None else state
@@ -165,7 +167,7 @@ def create(
     prefix: str | None = None,
     cwd: str | Path = ".",
     folder: Path | None = None,
-    **options,
+    **options: Any,
 ) -> Campaign:
     """A new campaign folder: settings (`options`: any other key of settings.SETTINGS, its default
     when left out), empty ledger, state, and the deadline fixed from now."""

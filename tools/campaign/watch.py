@@ -15,7 +15,7 @@ from autoresearch_skills.campaign import experiment as lifecycle
 from autoresearch_skills.campaign.record import Experiment
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import now, parse_iso
-from autoresearch_skills.runwatch import RunWatcher
+from autoresearch_skills.runwatch import RunWatcher, WatchPolicy
 
 
 class Watchers:
@@ -23,24 +23,26 @@ class Watchers:
         self.campaign = campaign
         self.say = say or (lambda line: None)
         self.watchers: dict[str, RunWatcher] = {}  # run_id -> its watcher
-        self.policy = None
+        self.policy: WatchPolicy | None = None
 
     def poll(self, running: list[Experiment]) -> None:
         s = self.campaign.settings
         if self.policy is None:
             self.policy = s.watch_policy()
+        policy = self.policy
         clock = time.monotonic()
-        live = {e.run.run_id for e in running}
+        live = {e.launched.run_id for e in running}
         for run_id in [k for k in self.watchers if k not in live]:
             self.watchers.pop(run_id).finish()
         for experiment in running:
-            current = experiment.run.reload()
+            run = experiment.launched
+            current = run.reload()
             if current.state == "pending":  # waiting in a cluster's queue: no clock has started yet
                 continue
-            watcher = self.watchers.get(experiment.run.run_id)
+            watcher = self.watchers.get(run.run_id)
             if watcher is None:
-                watcher = self.watchers[experiment.run.run_id] = self._watcher(
-                    experiment, current.started_at, clock
+                watcher = self.watchers[run.run_id] = self._watcher(
+                    experiment, current.started_at, policy, clock
                 )
             verdict = watcher.poll(clock)
             if verdict is None:
@@ -54,15 +56,17 @@ class Watchers:
                 self.say(f"{experiment.key}: warning: {verdict.reason}")
                 lifecycle.note_warning(self.campaign, experiment.key, verdict.reason)
 
-    def _watcher(self, experiment: Experiment, started_at: str, clock: float) -> RunWatcher:
+    def _watcher(
+        self, experiment: Experiment, started_at: str, policy: WatchPolicy, clock: float
+    ) -> RunWatcher:
         """A watcher whose clocks (first step, stall) start when the run did: on Slurm or Ray that is
         when the cluster placed the job, not when it was submitted."""
         s = self.campaign.settings
-        elapsed = max(0.0, (now() - parse_iso(started_at or experiment.started_at)).total_seconds())
-        policy = self.policy
+        began = started_at or experiment.started_at  # neither known: its clocks start now
+        elapsed = max(0.0, (now() - parse_iso(began)).total_seconds()) if began else 0.0
         if experiment.own.watch:  # a blueprint's own first-step line and timeout
             policy = s.watch_policy(experiment.own.watch)
         return RunWatcher(
-            experiment.run.log_path, policy, s.metric, s.direction, s.preset, s.metric_reading(),
+            experiment.launched.log_path, policy, s.metric, s.direction, s.preset, s.metric_reading(),
             self.campaign.rows, clock - elapsed, workdir=experiment.run_cwd, started_at=time.time() - elapsed,
         )  # fmt: skip

@@ -66,7 +66,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
@@ -339,7 +341,7 @@ def upload_excludes(root: Path, log: Path, large: list[str]) -> list[str]:
 # -- judging -----------------------------------------------------------------------
 
 
-def judge(details, stop_why: str, marked: int | None, placement: dict) -> State:
+def judge(details: Any, stop_why: str, marked: int | None, placement: dict) -> State:
     """Our state from Ray's JobDetails. The driver's exit code first, then the entrypoint's
     `ars-exit:` line; STOPPED is a timeout or a cancel as `<log>.stop` says."""
     status = str(getattr(details.status, "value", details.status))
@@ -559,7 +561,7 @@ def follow(state_path: str) -> int:
     return 0
 
 
-async def _follow(run: Run, note) -> None:
+async def _follow(run: Run, note: Callable[[str], None]) -> None:
     address = run.extra.get("address")
     header = run.extra.get("header_bytes", 0)
     seen: dict[str, float] = {}  # "first": when the job's first bytes arrived (it runs)
@@ -593,7 +595,7 @@ async def _follow(run: Run, note) -> None:
         keeper.cancel()
 
 
-async def _keep_deadline(run: Run, seen: dict[str, float], note) -> None:
+async def _keep_deadline(run: Run, seen: dict[str, float], note: Callable[[str], None]) -> None:
     """Once a second: past the deadline (the run file's, else first bytes + timeout), stop the job."""
     while True:
         await asyncio.sleep(1.0)

@@ -42,7 +42,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from autoresearch_skills.clock import format_duration, now_iso
 from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, LOG_REFUSED, Run, State, shell_exit_code
@@ -73,7 +75,7 @@ class Supervisor:
         self.stop_reason = ""  # name of the signal that asked us to stop
         self.began = time.monotonic()
         self.log_fd = -1
-        self.echo_file = None
+        self.echo_file: BinaryIO | None = None
         self.subreaper = False
         self.reserve: Path | None = None  # freed when the disk is full and the end must be recorded
         self.log_refused: OSError | None = None  # a write to the log the machine refused
@@ -276,7 +278,7 @@ class Supervisor:
         code = EX_IOERR if state.exit_code == 0 else state.exit_code
         return State("exited", code, f"exit code {state.exit_code}; {said}")
 
-    def _durably(self, write) -> None:
+    def _durably(self, write: Callable[[], object]) -> None:
         """`write()`; refused for want of space, once more after freeing the reserve."""
         try:
             write()
