@@ -22,7 +22,6 @@ from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import remove_worktrees
 from autoresearch_skills.launch.base import FINISHED, Run, state_path_for
-from autoresearch_skills.launch.tmux import TmuxLauncher
 from autoresearch_skills.session_record import close_subtask
 
 
@@ -62,6 +61,9 @@ def close_sessions(campaign: Campaign, keep: int = 0) -> int:
     Only sessions of this campaign's rows, and `TmuxLauncher.close` closes one only when its run has
     ended and the session still carries that run's channel: a running session, or one someone else
     started under the same name, stays. Logs and run files stay."""
+    # imported here: the agent hooks load this module through experiment and must answer fast
+    from autoresearch_skills.launch.tmux import TmuxLauncher
+
     launcher, closed = TmuxLauncher(campaign.settings.tmux_socket), 0
     rows = [row for row in campaign.rows() if row.launcher == "tmux" and row.log_path]
     for row in rows[: max(0, len(rows) - keep)]:

@@ -22,7 +22,6 @@ from autoresearch_skills.clock import format_duration, now_iso, parse_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch.base import LOG_REFUSED, VANISHED, State
 from autoresearch_skills.outcome import CrashCause, Status
-from autoresearch_skills.sources.pace import Pace, read_pace
 from autoresearch_skills.sources.reading import read_metric
 
 
@@ -165,6 +164,9 @@ def _read_pace(s: Settings, log_path: str) -> tuple[int | None, float | None, st
     """Steps: the `num_steps` the run prints (karpathy's end-of-run block), else the last step of
     its progress lines. Throughput: the median of `throughput_key` when it is set, else the
     progress lines' (sources/pace.py: tokens/s, samples/s, it/s), with the key it was read under."""
+    # imported here: the agent hooks load this module through experiment and must answer fast
+    from autoresearch_skills.sources.pace import Pace, read_pace
+
     try:
         printed = read_pace(log_path)
     except OSError:
