@@ -95,7 +95,8 @@ max_commit_mb: 5
 # Keys added since, after the released ones: a released file lacks them and gets their defaults.
 ADDED_KEYS = [
     "pattern", "worktree_include", "carry_copy_mb", "args_style", "ray_address", "ray_working_dir",
-    "keep_sessions_at_end",
+    "keep_sessions_at_end", "keep_outputs", "outputs_max_gb", "holdout", "holdout_pattern", "holdout_command",
+    "seed",
 ]  # fmt: skip
 
 

@@ -59,11 +59,16 @@ EXTRA_COLUMNS = (
     "cause",         # why a row has no metric, as data (outcome.CrashCause): exit_code, nan, stall ...
     "reason",        # the same for people, or a person's reason (`ars exp mark`): never read by code
     "mode",          # the mode a hybrid policy turned to with this row's proposal: diff, parameters
+    "seed",          # the seed the run was given (`seed:` names the knob), "" when none was set
+    "holdout",       # the held-out metric (`holdout:`): recorded, never used to decide
+    "outputs",       # the run's outputs folder (runs/NNN-name/outputs), "" when it kept none
 )  # fmt: skip
 COLUMNS = (*BASE_COLUMNS, *EXTRA_COLUMNS)
-# The header of ledgers written before `cause`, `reason` and `mode`: read and appended to as they are.
+# The headers of ledgers written before `seed`, `holdout` and `outputs`, and before `cause`, `reason`
+# and `mode`: read and appended to as they are.
+BEFORE_SEED = COLUMNS[: COLUMNS.index("seed")]
 BEFORE_CAUSE = COLUMNS[: COLUMNS.index("cause")]
-HEADERS = (COLUMNS, BEFORE_CAUSE, BASE_COLUMNS, NEMO_RL_COLUMNS)
+HEADERS = (COLUMNS, BEFORE_SEED, BEFORE_CAUSE, BASE_COLUMNS, NEMO_RL_COLUMNS)
 STATUSES = tuple(s.value for s in ROW_STATUSES)
 CAUSES = tuple(c.value for c in CrashCause)
 KARPATHY_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
@@ -107,6 +112,9 @@ class Row:
     cause: CrashCause | None = None  # set for a row without a metric
     reason: str = ""
     mode: str = ""
+    seed: str = ""
+    holdout: str = ""
+    outputs: str = ""
 
     def __post_init__(self) -> None:
         self._type()

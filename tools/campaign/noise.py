@@ -135,6 +135,7 @@ class Policy:
     max_runs: int = 5  # runs of one commit a decision may pool before it must keep or discard
     best_runs: int = 4  # every new best (and the baseline) is run this many times
     keep_ties: bool = False  # an exact tie with the best is kept (simpler code, same number)
+    seeded: bool = False  # repeats of one commit run with different seeds (`seed:` names the knob)
 
     def floor_for(self, runs: int) -> float:
         return self.floor + self.floor_step * (runs - 1)

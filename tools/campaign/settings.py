@@ -331,6 +331,12 @@ class Settings:
     ray_address: str | None = None
     ray_working_dir: str | None = None
     keep_sessions_at_end: bool = False
+    keep_outputs: str = "kept"
+    outputs_max_gb: float | None = None                          # None: no cap
+    holdout: str | None = None                                   # None: no held-out check
+    holdout_pattern: str | None = None
+    holdout_command: str | None = None
+    seed: str | None = None                                      # None: repeats run as the commit says
     # fmt: on
 
     @classmethod
@@ -389,7 +395,7 @@ class Settings:
         baseline first, is run `baseline_repeats` times; a result within noise is a candidate."""
         from autoresearch_skills.campaign.noise import default_policy
 
-        changes: dict[str, Any] = {"keep_ties": bool(self.keep_ties)}
+        changes: dict[str, Any] = {"keep_ties": bool(self.keep_ties), "seeded": self.seed is not None}
         if self.noise_margin is not None:
             changes["margin"] = float(self.noise_margin)
         if self.baseline_repeats is not None:
@@ -471,7 +477,7 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
     Key("stop_text", Kind(lambda v: isinstance(v, str), "a text"), "the stop rules as the user wrote them", internal=True),
     Key("stop", stop_rules(), 'stop rules in words ("24 experiments or 6h total, 10m each") or, in a file, a mapping; none: baseline plus three, then stop'),
     Key("strategy", choice("branches", "ratchet"), "branches: one branch per hypothesis; ratchet: one branch reset on discard (only when asked for)"),
-    Key("worktrees", choice("auto", "always", "off"), "run in a git worktree when the tree has uncommitted changes (auto), always, or refuse (off)"),
+    Key("worktrees", choice("auto", "always", "off"), "auto (or always): every run in a git worktree of the campaign's, so nothing a run writes lands in your checkout; off: runs in your checkout (one at a time, refused with uncommitted changes), where a run writes over files of yours"),
     Key("decide", choice("auto", "manual"), "manual: `ars exp mark` writes each row"),
     Key("keep_ties", boolean(), "a result equal to the best counts as kept"),
     Key("require_baseline", boolean(), "experiments wait for a recorded baseline"),
@@ -502,6 +508,12 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
     Key("ray_address", text(), "Ray: the cluster runs are submitted to as Ray jobs (http://HEAD:8265, HEAD:6379, ray://...); unset: RAY_ADDRESS, then the cluster started on this machine"),
     Key("ray_working_dir", choice("shared", "upload"), "Ray: shared (the cluster sees this file system: runs `cd <workdir> && <command>`) or upload (the checkout ships as the job's runtime_env working_dir); unset: shared for a cluster on this machine, else upload"),
     Key("keep_sessions_at_end", boolean(), "tmux: true leaves the latest `keep_sessions` sessions of finished runs open when the campaign ends; false closes every finished session of its runs then (logs stay; a running session, or one ars did not start, is never closed)"),
+    Key("keep_outputs", choice("kept", "best", "all", "none"), "which runs' outputs (the files a run creates that git does not track: checkpoints, samples) stay under runs/NNN-name/outputs/: kept (the baseline's and every kept commit's runs), best (the best's runs), all, or none"),
+    Key("outputs_max_gb", number(above=0), "a cap on the kept outputs: the oldest discarded or crashed runs' outputs go first, then the oldest kept ones; the best's and the baseline's never"),
+    Key("holdout", text(), "a second metric the run prints (e.g. `test loss`), recorded beside the metric and shown for the baseline and the best; it never enters a keep decision, a proposal or a stop rule"),
+    Key("holdout_pattern", value_pattern(), "a regex that reads the held-out metric, as `pattern:` reads the metric"),
+    Key("holdout_command", text(), "a command run once at the end in the best's and the baseline's checkouts, with ARS_OUTPUT_DIR set to that run's outputs (`python eval.py --ckpt $ARS_OUTPUT_DIR/out/ckpt.pt`); it prints the `holdout` metric"),
+    Key("seed", text(), "the seed knob (a flag such as --seed, or a config key as `space:` names one): the repeats of one commit run with seeds 1, 2, 3 ... above its own, so reruns measure seed-to-seed noise"),
 ])
 
 POLICY: dict[str, Key] = _declared(PolicySettings, [
