@@ -10,6 +10,8 @@ if "autoresearch_skills" not in sys.modules and importlib.util.find_spec("autore
     _spec = importlib.util.spec_from_file_location(
         "autoresearch_skills", _tools / "__init__.py", submodule_search_locations=[str(_tools)]
     )
+    if _spec is None or _spec.loader is None:
+        raise ImportError(f"cannot load the autoresearch_skills package from {_tools}")
     _package = importlib.util.module_from_spec(_spec)
     sys.modules["autoresearch_skills"] = _package
     _spec.loader.exec_module(_package)

@@ -221,7 +221,7 @@ def classify(line: str) -> Kind | None:
     if not _TRIGGER.search(line.lower()):
         return None  # most lines: one C-level scan instead of every pattern
     for kind in LINE_KINDS:
-        if kind.pattern.search(line):
+        if kind.pattern is not None and kind.pattern.search(line):
             return kind
     return None
 
@@ -262,6 +262,8 @@ class LogScanner:
         `final=True` also scans a last line that has no newline yet: the run has ended, so
         nothing more will complete it.
         """
+        if self.path is None:
+            raise TypeError("LogScanner.poll() needs the scanner's path; without one, call feed()")
         new: list[Anomaly] = []
         try:
             stat = os.stat(self.path)
@@ -304,7 +306,9 @@ class LogScanner:
             self._scan_segments(redraws.decode("utf-8", "replace"), new, self.line_no + 1)
             self.line_no += final
         if final and self._traceback is not None and not self.stopped_by_ars:
-            self._finish_traceback(f"{TRACEBACK_START} (output ends before the exception line)", new)
+            self._finish_traceback(
+                self._traceback, f"{TRACEBACK_START} (output ends before the exception line)", new
+            )
         return new
 
     def add(self, kind: str, text: str, line_no: int | None = None) -> Anomaly | None:
@@ -366,7 +370,7 @@ class LogScanner:
             return
         state.seen += 1
         if state.seen > _MAX_TRACEBACK_LINES:
-            self._finish_traceback(TRACEBACK_START, new, state.line_no)
+            self._finish_traceback(state, TRACEBACK_START, new, state.line_no)
             return
         if state.prefix.strip():
             if not line.startswith(state.prefix):
@@ -374,10 +378,12 @@ class LogScanner:
             line = line[len(state.prefix) :]
         if not line.strip() or line[0].isspace():
             return  # a frame (`  File ...`), its source line, or the 3.11+ `^^^^` markers
-        self._finish_traceback(line, new, line_no)
+        self._finish_traceback(state, line, new, line_no)
 
-    def _finish_traceback(self, exception_line: str, new: list[Anomaly], line_no: int | None = None) -> None:
-        state, self._traceback = self._traceback, None
+    def _finish_traceback(
+        self, state: _Traceback, exception_line: str, new: list[Anomaly], line_no: int | None = None
+    ) -> None:
+        self._traceback = None
         self._note(self.add("traceback", exception_line, line_no or state.line_no), new)
 
     @staticmethod

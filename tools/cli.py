@@ -7,11 +7,15 @@ from __future__ import annotations
 import copy
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from autoresearch_skills import __version__
 from autoresearch_skills.errors import BadInput, run_cli
+
+if TYPE_CHECKING:
+    from autoresearch_skills.campaign.store import Campaign
 
 # name -> ("module:attribute", one-line help). The help is kept here so that `ars --help`
 # imports no sub-command module; each module also runs as `python tools/<module>.py`.
@@ -139,11 +143,6 @@ def ledger_best(path: Path | None, direction: str | None, ref: str | None, as_js
     from autoresearch_skills import ledger
 
     campaign = _campaign_of(path, ref)
-    if campaign is None and direction is None:
-        raise BadInput(
-            f"{path} is no campaign's ledger: give its direction, -d min or -d max "
-            "(see `ars ledger best --help`)"
-        )
     if campaign is not None:
         path, wanted = campaign.ledger, campaign.settings.direction
         if direction is not None and direction != wanted:
@@ -153,10 +152,15 @@ def ledger_best(path: Path | None, direction: str | None, ref: str | None, as_js
                 err=True,
             )
         direction = direction or wanted
+    if path is None or direction is None:  # with no PATH, _campaign_of found a campaign or raised
+        raise BadInput(
+            f"{path} is no campaign's ledger: give its direction, -d min or -d max "
+            "(see `ars ledger best --help`)"
+        )
     ledger.print_best(ledger.best(ledger.read(path), direction), as_json)
 
 
-def _campaign_of(path: Path | None, ref: str | None):
+def _campaign_of(path: Path | None, ref: str | None) -> Campaign | None:
     """The campaign whose ledger `ars ledger best` reads: --campaign's, else the current one when
     no PATH is given, else the one whose folder holds PATH; None for a ledger of no campaign."""
     from autoresearch_skills.campaign.store import find

@@ -21,6 +21,7 @@ import errno
 import os
 import signal
 import sys
+from typing import TypeGuard
 
 import click
 
@@ -36,6 +37,7 @@ REFUSALS = {
     errno.EDQUOT: ("the disk quota is exceeded", "free space within the quota"),
     errno.EROFS: ("the file system is read-only", "make it writable"),
 }
+_WRITE_FAILED = ("the write failed", "fix the file system")  # an errno outside REFUSALS
 AGAIN = "run the command again"
 
 
@@ -64,7 +66,7 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def is_refusal(err: BaseException) -> bool:
+def is_refusal(err: BaseException) -> TypeGuard[OSError]:
     """Whether `err` is the machine refusing a write (disk full, quota, read-only), not a bug."""
     return isinstance(err, OSError) and err.errno in REFUSALS
 
@@ -83,13 +85,18 @@ class Refused(click.ClickException, OSError):
         click.ClickException.__init__(self, "")
         self.errno, self.strerror, self.filename = (
             err.errno,
-            err.strerror or os.strerror(err.errno),
+            err.strerror or (os.strerror(err.errno) if err.errno is not None else "unknown error"),
             self.path,
         )
-        self.message = self._line()
+        self._say(self._line())
+
+    def _say(self, line: str) -> None:
+        # click declares `message` final, but a refusal's line is rebuilt when the command adds
+        # what it kept or its own next step, and `err.message` must then read the new line.
+        self.message = line  # type: ignore[misc]
 
     def _line(self) -> str:
-        what, fix = REFUSALS.get(self.errno, ("the write failed", "fix the file system"))
+        what, fix = _WRITE_FAILED if self.errno is None else REFUSALS.get(self.errno, _WRITE_FAILED)
         kept = f"; {self.kept}" if self.kept else ""
         return f"{self.path}: {what} ({self.strerror}){kept}: {fix}, then {self.next}"
 
@@ -99,13 +106,13 @@ class Refused(click.ClickException, OSError):
     def then(self, step: str) -> Refused:
         """The same refusal with the command's own next step (`ars campaign resume`)."""
         self.next = step
-        self.message = self._line()
+        self._say(self._line())
         return self
 
     def keeping(self, more: str) -> Refused:
         """Add to what was kept (the runs that go on, say)."""
         self.kept = f"{self.kept}; {more}" if self.kept else more
-        self.message = self._line()
+        self._say(self._line())
         return self
 
     @classmethod
@@ -155,7 +162,8 @@ class Stopped(click.ClickException):
 
     def __init__(self, signum: int, lines: list[str]):
         super().__init__("\n".join(lines))
-        self.exit_code = signal_exit_code(signum)
+        # click types exit_code per class; a stop's code depends on the signal that came.
+        self.exit_code = signal_exit_code(signum)  # type: ignore[misc]
         self.lines = lines
 
     def show(self, file=None) -> None:
@@ -185,7 +193,7 @@ def _refused_line(err: click.ClickException) -> Refused | None:
     if found is None:
         return None
     refused = Refused("", OSError(found, os.strerror(found)))
-    refused.message = f"{' '.join(text.split())}: {REFUSALS[found][1]}, then {AGAIN}"
+    refused._say(f"{' '.join(text.split())}: {REFUSALS[found][1]}, then {AGAIN}")
     return refused
 
 

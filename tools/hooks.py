@@ -512,7 +512,7 @@ def session_context(event: dict) -> str | None:
                 "next: the unattended loop drives this campaign: check it with `ars campaign status`; "
                 "if its process died, `ars campaign resume` continues it."
             )
-        elif active:
+        elif active and root is not None:  # root is where the campaign was found: never None here
             ref = campaign_ref(campaign.folder, root, cwd)
             lines.append(f"next: {next_step(campaign, campaign.rows(), _in_flight(campaign.folder), ref)}")
     return "\n".join(lines)

@@ -380,7 +380,10 @@ def _reads_as_metric(line: str, name: str, value: float, text_start: int, begin:
         return False
     if text_start >= 0 and re.match(r"\.[A-Za-z]", line[text_start : text_start + 2]):
         return False  # the extension of a file name the value before ate: `train.py:196`
-    unit = shown[_BARE_NUMBER.match(shown).end() :]
+    number = _BARE_NUMBER.match(shown)  # `shown` is the value as printed, its number first
+    if number is None:
+        return False
+    unit = shown[number.end() :]
     if unit and not _GLUED_UNIT.fullmatch(unit):
         return False
     return text_start < 0 or not _mid_sentence(line[text_start:begin], name)
@@ -553,8 +556,10 @@ class VerlParser:
         whole = _VERL_DICT.search(line)
         if whole and whole.group().count("{") == whole.group().count("}"):
             pairs = {key: float(value) for key, value in _VERL_DICT_PAIR.findall(whole.group())}
-            step = next((int(pairs[k]) for k in VERL_STEP_KEYS if k in pairs and pairs[k].is_integer()), None)
-            return [Sample(key, value, step) for key, value in pairs.items()]
+            logged = next(
+                (int(pairs[k]) for k in VERL_STEP_KEYS if k in pairs and pairs[k].is_integer()), None
+            )
+            return [Sample(key, value, logged) for key, value in pairs.items()]
         if evaluation := _VERL_EVAL.search(line):
             step = int(evaluation.group(1))
             return [Sample(k, float(v), step) for k, v in _VERL_EQ_PAIR.findall(line[evaluation.end() :])]
@@ -742,6 +747,7 @@ def _scan_tail(source: _Source, size: int) -> tuple[list[Record], bool]:
 
     if source.kind in WHOLE_KINDS:
         return [([sample], True) for sample in _whole(source)], True
+    lines: Iterable[str]
     if source.gzip:
         lines, at_start = logs.iter_lines(source.path), True
     else:

@@ -24,7 +24,7 @@ class Gpu:
 
 def parse_nvidia_smi(text: str) -> list[Gpu]:
     """Rows of `nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader`."""
-    gpus = []
+    gpus: list[Gpu] = []
     for row in csv.reader(text.splitlines(), skipinitialspace=True):
         if len(row) < 3:
             continue

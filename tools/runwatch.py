@@ -602,7 +602,7 @@ class RunWatcher:
         return min(finals) if self.curve_direction == "min" else max(finals)
 
     def _finished_curves(self, now: float) -> list[list[tuple[float, float]]]:
-        if now - self._rows_at >= ROWS_EVERY:
+        if self.rows_provider is not None and now - self._rows_at >= ROWS_EVERY:
             self._rows_at = now
             try:
                 self._rows = list(self.rows_provider())

@@ -206,9 +206,9 @@ def plan_skill(skill_dir: Path, shared: dict[str, Path] | None = None) -> Plan:
         return None
 
     for path in sorted(skill_dir.rglob("*")):
-        rel = path.relative_to(skill_dir)
-        if path.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
-            plan.copies[rel.as_posix()] = path
+        inside = path.relative_to(skill_dir)
+        if path.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in inside.parts):
+            plan.copies[inside.as_posix()] = path
 
     queue = [rel for rel in plan.copies if rel.endswith(".md")]
     seen: set[str] = set()
@@ -700,9 +700,9 @@ def check_invocation(words: list[str]) -> str | None:
             return f"`{shown}`: tools/{script} does not exist"
         targets = {name: entry[0] if isinstance(entry, tuple) else entry for name, entry in COMMANDS.items()}
         names = [n for n, target in targets.items() if target.split(":")[0].endswith("." + module)]
-        words = ["ars", *names[:1], *words[2:]] if names else None
-        if words is None:
+        if not names:
             return None  # a tool with its own CLI (tmux_wait.py): existence is what we can check
+        words = ["ars", names[0], *words[2:]]
     command: click.Command = cli
     ctx = click.Context(cli, info_name="ars")
     path = ["ars"]

@@ -65,8 +65,9 @@ FAILED = tuple(s for s in Status if s.is_failure())  # what `max_failure_rate` c
 OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq}
 _WORD_OPERATORS = {"below": "<", "under": "<", "above": ">", "over": ">", "at most": "<=", "at least": ">="}
 # Rules that end a campaign; "no limit" allows none of them (a per-run timeout is not one).
-_ENDING = ("max_experiments", "budget", "deadline", "until", "gpu_hours", "target", "patience")
-_ENDING += ("max_failure_rate",)
+_ENDING = (
+    "max_experiments", "budget", "deadline", "until", "gpu_hours", "target", "patience", "max_failure_rate",
+)  # fmt: skip
 
 
 @dataclass
@@ -590,7 +591,7 @@ def evaluate(
         return verdict("max_experiments", parts)
     if remaining_s is not None and remaining_s <= 0:
         return verdict("deadline", [f"deadline {rules.deadline} passed", *progress(True)])
-    if gpu_used is not None and gpu_used >= rules.gpu_hours:
+    if gpu_used is not None and rules.gpu_hours is not None and gpu_used >= rules.gpu_hours:
         used = f"GPU-hour budget used: {gpu_used:.1f}/{rules.gpu_hours:g} GPU-hours"
         return verdict("gpu_hours", [used, *progress(True, gpu=False)])
     if remaining_s is not None and rules.per_run_timeout and remaining_s < rules.per_run_timeout:

@@ -47,6 +47,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO
 
 import click
 
@@ -222,7 +223,7 @@ def _wait_ars(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitRe
     result = ended() or _pane_ended(pane, "ars")
     if result:
         return result
-    waiter = _block_on(tmux, pane.channel)
+    waiter, signalled = _block_on(tmux, pane.channel)
     trust_pid = True
     try:
         result = ended()  # the run may have ended while the waiter started
@@ -233,12 +234,12 @@ def _wait_ars(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitRe
             if now >= deadline:
                 return WaitResult("", "running")
             wake = min(deadline, next_cheap, next_tmux)
-            if select.select([waiter.stdout], [], [], max(0.0, wake - now))[0]:
+            if select.select([signalled], [], [], max(0.0, wake - now))[0]:
                 waiter.wait()  # signalled, or the tmux server went away
-                waiter.stdout.close()
+                signalled.close()
                 result = judge()
                 if result is None:  # a signal without an exit file: keep waiting
-                    waiter = _block_on(tmux, pane.channel)
+                    waiter, signalled = _block_on(tmux, pane.channel)
                 continue
             now = time.monotonic()
             if now >= next_cheap:
@@ -255,18 +256,21 @@ def _wait_ars(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitRe
         if waiter.poll() is None:
             waiter.kill()
             waiter.wait()
-        waiter.stdout.close()
+        signalled.close()
 
 
-def _block_on(tmux: Tmux, channel: str) -> subprocess.Popen:
+def _block_on(tmux: Tmux, channel: str) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """`tmux wait-for CHANNEL`, and its stdout, readable (at EOF) once the client has exited."""
     # `tmux wait-for` blocks until signalled, forever if nobody does: we watch its stdout for
     # EOF (it closes when the client exits) and kill it when our time is up.
-    return subprocess.Popen(
+    waiter = subprocess.Popen(
         [*tmux.prefix, "wait-for", channel],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
+    assert waiter.stdout is not None  # stdout=PIPE
+    return waiter, waiter.stdout
 
 
 def _wait_foreign(tmux: Tmux, pane: Pane, deadline: float, recheck: float) -> WaitResult:
@@ -532,7 +536,8 @@ def cli(
         ) from None
     print_result(result, as_json)
     code = EXIT_OK if result.running else EXIT_NEGATIVE
-    if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
+    real_process = sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__
+    if real_process:
         # A real process, not a test harness: skip the interpreter's teardown (about 20 ms),
         # since whoever waits on us is waiting for exactly this moment.
         sys.stdout.flush()

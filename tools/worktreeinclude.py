@@ -52,6 +52,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +76,7 @@ class Carried:
     how: str
 
 
-def patterns(repo: Path, extra: list[str] = ()) -> list[str]:
+def patterns(repo: Path, extra: Sequence[str] = ()) -> list[str]:
     """The lines of `.worktreeinclude` and then `extra` (a campaign setting with the same meaning),
     comments and blank lines dropped; git reads the rest as gitignore patterns."""
     lines: list[str] = []
@@ -86,7 +87,7 @@ def patterns(repo: Path, extra: list[str] = ()) -> list[str]:
     return [line.rstrip("\r") for line in lines if line.strip() and not line.startswith("#")]
 
 
-def included(repo: Path, extra: list[str] = ()) -> list[str]:
+def included(repo: Path, extra: Sequence[str] = ()) -> list[str]:
     """Repo-relative paths of the files and symlinks that match the patterns AND git ignores."""
     lines = patterns(repo, extra)
     if not lines:

@@ -13,9 +13,12 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoresearch_skills.errors import BadInput
+
+if TYPE_CHECKING:
+    import yaml
 
 INT = re.compile(r"[-+]?(?:[0-9][0-9_]*|0o[0-7]+|0x[0-9a-fA-F]+)")
 FLOAT = re.compile(
@@ -59,7 +62,7 @@ def dump_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=_dumper(), sort_keys=False)
 
 
-def _with_numbers(cls: type) -> None:
+def _with_numbers(cls: type[yaml.SafeLoader] | type[yaml.SafeDumper]) -> None:
     """YAML 1.2's int and float resolvers in place of YAML 1.1's, on a loader or dumper class."""
     import yaml
 
@@ -72,7 +75,7 @@ def _with_numbers(cls: type) -> None:
 
 
 @functools.cache
-def _dumper() -> type:
+def _dumper() -> type[yaml.SafeDumper]:
     import yaml
 
     class Dumper(yaml.SafeDumper):
@@ -83,7 +86,7 @@ def _dumper() -> type:
 
 
 @functools.cache
-def _loader() -> type:
+def _loader() -> type[yaml.SafeLoader]:
     """PyYAML's safe loader with YAML 1.2's numbers (see the module docstring)."""
     import yaml
 

@@ -316,7 +316,7 @@ def _check_settings(bp: Blueprint, doc: dict | None) -> list[Problem]:
             f"set {key} large enough to fill {limit}; the run is stopped at the max time and validation "
             "every test_freq steps keeps the figures",
         )  # fmt: skip
-    elif found and (_as_int(value) is None or _as_int(value) <= 0):
+    elif found and ((epochs := _as_int(value)) is None or epochs <= 0):
         problem(key, where, f"is {value!r}: nothing would be trained", f"set {key} to a positive number")
 
     key = f"{common}.n_gpus_per_node"

@@ -413,7 +413,8 @@ def parse_text(text: str, path: Path) -> Blueprint:
         notes.pop()
     if NOTES in found and not any(line.strip() for line in notes):
         issue(NOTES, "is empty", "add `- gpus: N`, preparation, clean-up and the to-do list")
-    gpus, devices = None, ()
+    gpus: int | None = None
+    devices: tuple[int, ...] = ()
     gpu_item = next((item for item in items.get(NOTES, []) if item.key in ("gpus", "gpu")), None)
     if gpu_item is None:
         if NOTES in found:

@@ -60,6 +60,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from autoresearch_skills import gitflow, outcome
 from autoresearch_skills.blueprints.checking import check_all, validation_file
@@ -307,7 +308,7 @@ class Swarm:
             _update_pool(campaign, opts)
         else:
             metric = opts.metric or _metric(blueprints)
-            cluster = {"ray_address": opts.ray_address} if launcher == "ray" else {}
+            cluster: dict[str, Any] = {"ray_address": opts.ray_address} if launcher == "ray" else {}
             campaign = store.create(
                 name, metric, guess_direction(metric), f"ars blueprint run {_shown_paths(blueprints)}",
                 stop_text="no limit", launcher=launcher, preset=PRESET, cwd=repo,
@@ -384,7 +385,8 @@ class Swarm:
 
     def _launch(self, bp: Blueprint, opts: Options) -> None:
         record = self.record(bp)
-        flag = bp.result_dir / FINISH_FLAG
+        result_dir = _result_dir(bp)
+        flag = result_dir / FINISH_FLAG
         if flag.exists():
             status = read_flag(flag).get("status", "unknown")
             self._event(
@@ -401,12 +403,12 @@ class Swarm:
                     "adopted", bp, f"{bp.slug}: attempt {attempt} is {record.phase}; following it", attempt
                 )
             return
-        attempts = read_trial_log(bp.result_dir)
+        attempts = read_trial_log(result_dir)
         last = attempts[-1] if attempts else None
         if last is not None and last.running:
             self._event(
                 "skipped", bp,
-                f"{bp.slug}: attempt {last.number} in {bp.result_dir / TRIAL_LOG} has no end and is not in flight "
+                f"{bp.slug}: attempt {last.number} in {result_dir / TRIAL_LOG} has no end and is not in flight "
                 "here; record how it ended (`- ended:`, `- verdict:`) before running the blueprint again",
             )  # fmt: skip
             return
@@ -429,7 +431,7 @@ class Swarm:
                 self._event(
                     "waiting", bp,
                     f"{bp.slug}: attempt {last.number} {last.verdict or 'failed'}; not relaunched: write what you "
-                    f"changed as `- fix: ...` under `## Attempt {last.number}` in {bp.result_dir / TRIAL_LOG} "
+                    f"changed as `- fix: ...` under `## Attempt {last.number}` in {result_dir / TRIAL_LOG} "
                     "(or pass --retry, or --final to finish it with this failure)",
                     last.number,
                 )  # fmt: skip
@@ -462,14 +464,14 @@ class Swarm:
         record whose commit, if it was made, is adopted here instead of made again."""
         if record.commits or experiment.adopt_commits(self.campaign, record.key):
             return  # ready (a first attempt, or a retry prepared before)
-        workdir = Path(record.workdir)
+        workdir = record.worktree
         message = f"fix-up: {fix}" if fix else "fix-up: run again as it is"
         commit = _snapshot(self.campaign.repo, bp, gitflow.head_commit(workdir), message)
         gitflow.git(workdir, "merge", "--ff-only", "--quiet", commit)
 
     def _overrides(self, bp: Blueprint, number: int) -> Overrides:
         """This attempt's run settings, which the engine applies at launch (experiment._start_run)."""
-        codebase = os.path.relpath(bp.codebase.resolve(), self.campaign.repo.resolve())
+        codebase = os.path.relpath(_codebase(bp).resolve(), self.campaign.repo.resolve())
         return Overrides(
             command=bp.command,
             timeout=bp.max_time_seconds,
@@ -517,7 +519,7 @@ class Swarm:
         """After each scheduler tick: write the start lines of runs that just started. (The
         engine's run watchers stop a run with no first step within its blueprint's timeout: the
         blueprint's `watch:` travels with the experiment.)"""
-        if any(r.run.log_path not in self.known_logs for r in running if r.blueprint):
+        if any(r.launched.log_path not in self.known_logs for r in running if r.blueprint):
             self.sync()
 
     # -- recording -----------------------------------------------------------------
@@ -553,16 +555,17 @@ class Swarm:
             self._running_lines(bp, member, swarm, record)
         # The blueprint's latest attempt decides whether it is over; decided on every pass, so a
         # runner killed between an attempt's end lines and its finish.flag finishes it next time.
-        last = mine[-1] if mine and record is None and not (bp.result_dir / FINISH_FLAG).exists() else None
+        last = mine[-1] if mine and record is None and not (_result_dir(bp) / FINISH_FLAG).exists() else None
         self._conclude(bp, member, last, ended)
 
     def _lost_lines(self, bp: Blueprint, member: Member, swarm: SwarmState, log: str) -> None:
         """End lines for an attempt whose runner died (the engine starts it once more)."""
-        mark = member.attempts.get(log)
+        mark = _attempts(member).get(log)
         if mark is None or mark.ended:
             return
+        result_dir = _result_dir(bp)
         diagnosis = "its runner died (the machine, the orchestrator or a kill); the engine started the attempt once more"  # fmt: skip
-        self._append(swarm, mark, "end", lambda: end_attempt(bp.result_dir, mark.number, verdict="lost", diagnosis=diagnosis))  # fmt: skip
+        self._append(swarm, mark, "end", lambda: end_attempt(result_dir, mark.number, verdict="lost", diagnosis=diagnosis))  # fmt: skip
         self._event(
             "ended", bp, f"{bp.slug}: attempt {mark.number} lost its runner; started once more", mark.number
         )
@@ -573,9 +576,10 @@ class Swarm:
         """The lines of a finished attempt (its row) not yet written: its start lines when no follower
         saw it start (reaped by `ars exp wait`), then its end lines. (number, row, ending) when its end
         is written now."""
-        mark = member.attempts.get(row.log_path)
+        attempts, result_dir = _attempts(member), _result_dir(bp)
+        mark = attempts.get(row.log_path)
         if mark is None:
-            mark = member.attempts[row.log_path] = Logged(_next_number(member, bp.result_dir))
+            mark = attempts[row.log_path] = Logged(_next_number(member, result_dir))
         if not mark.started:
             self._start_lines(
                 swarm, bp, mark, row.started_at, row.job_id, row.devices, row.log_path, row.commit
@@ -590,7 +594,7 @@ class Swarm:
             if found:
                 diagnosis = f"{ending.reason}; {found}" if ending.reason else found
         self._append(swarm, mark, "end", lambda: end_attempt(
-            bp.result_dir, mark.number, verdict=ending.verdict, exit_status=ending.exit_code,
+            result_dir, mark.number, verdict=ending.verdict, exit_status=ending.exit_code,
             diagnosis=diagnosis, suggestion=suggestion, ended_at=row.ended_at,
         ))  # fmt: skip
         _bring_back_validation(bp, ending.cwd)
@@ -598,17 +602,18 @@ class Swarm:
 
     def _running_lines(self, bp: Blueprint, member: Member, swarm: SwarmState, record: Experiment) -> None:
         """The start lines of the attempt running now, once, under the number it was opened with."""
-        log = record.run.log_path
-        mark = member.attempts.get(log)
+        run, attempts = record.launched, _attempts(member)
+        log = run.log_path
+        mark = attempts.get(log)
         if mark is None:
             number = int((record.blueprint or {}).get("attempt") or 0)
             if not number or number in member.numbers:
-                number = _next_number(member, bp.result_dir)
-            mark = member.attempts[log] = Logged(number)
+                number = _next_number(member, _result_dir(bp))
+            mark = attempts[log] = Logged(number)
         if not mark.started:
             devices = ",".join(str(d) for d in record.devices)
             self._start_lines(
-                swarm, bp, mark, record.started_at or "", record.run.run_id, devices, log, record.commit or ""
+                swarm, bp, mark, record.started_at or "", run.run_id, devices, log, record.commit or ""
             )
             where = f" on GPUs {devices}" if devices else ""
             self._event(
@@ -628,7 +633,7 @@ class Swarm:
                 self._event("ended", bp, _end_line(bp, number, ending), number)
         if last is None:
             return
-        number = member.attempts[last.log_path].number
+        number = _attempts(member)[last.log_path].number
         just = next((e for n, r, e in ended if r is last), None)
         ending = just or _ending(last, bp.first_step_pattern)
         head = _end_line(bp, number, ending)
@@ -648,7 +653,7 @@ class Swarm:
         elif just:
             self._event(
                 "ended", bp,
-                f"{head}; fix it, write `- fix: ...` under `## Attempt {number}` in {bp.result_dir / TRIAL_LOG}, then run it again",
+                f"{head}; fix it, write `- fix: ...` under `## Attempt {number}` in {_result_dir(bp) / TRIAL_LOG}, then run it again",
                 number,
             )  # fmt: skip
 
@@ -673,11 +678,12 @@ class Swarm:
     def _start_lines(self, swarm: SwarmState, bp: Blueprint, mark: Logged, started_at: str, session: str, devices: str, log: str, commit: str) -> None:  # fmt: skip
         attempt = Attempt(mark.number, started_at=started_at, session=session, devices=devices, command=bp.command,
                           log=log, other={"branch": self.branch(bp), "commit": commit})  # fmt: skip
-        self._append(swarm, mark, "start", lambda: start_attempt(bp.result_dir, attempt, title=bp.slug))
-        link = bp.result_dir / f"attempt-{mark.number}.log"
+        result_dir = _result_dir(bp)
+        self._append(swarm, mark, "start", lambda: start_attempt(result_dir, attempt, title=bp.slug))
+        link = result_dir / f"attempt-{mark.number}.log"
         if not os.path.lexists(link):  # the documented name of attempt n's log, beside the engine's
             with contextlib.suppress(OSError):
-                link.symlink_to(os.path.relpath(log, bp.result_dir))
+                link.symlink_to(os.path.relpath(log, result_dir))
 
     def _finish(
         self, bp: Blueprint, verdict: str, attempts: int, why: str = "", log: str | None = None,
@@ -697,7 +703,7 @@ class Swarm:
             bp, status, log=log if log and Path(log).exists() else None, validation=validation,
             preset=self.campaign.settings.preset, note=note,
         )  # fmt: skip
-        write_finish_flag(bp.result_dir, status, results.headline, attempts=attempts)
+        write_finish_flag(_result_dir(bp), status, results.headline, attempts=attempts)
         figure = f": {results.headline}" if results.headline else ""
         because = f" ({why})" if why else ""
         return f"finished {status}{because}{figure}; results.md, then finish.flag"
@@ -773,7 +779,7 @@ def _name_clashes(blueprints: Sequence[Blueprint]) -> list[Problem]:
 def _one_repo(blueprints: Sequence[Blueprint]) -> Path:
     repos: dict[Path, Blueprint] = {}
     for bp in blueprints:
-        repos.setdefault(gitflow.repo_root(bp.codebase).resolve(), bp)
+        repos.setdefault(gitflow.repo_root(_codebase(bp)).resolve(), bp)
     if len(repos) > 1:
         (one, a), (two, b) = list(repos.items())[:2]
         raise BadInput(
@@ -855,6 +861,31 @@ def _next_number(member: Member, folder: Path) -> int:
         if (m := re.match(r"attempt-(\d+)\.log$", p.name))
     ]
     return max(numbers, default=0) + 1
+
+
+def _result_dir(bp: Blueprint) -> Path:
+    """The blueprint's result folder. Every blueprint of a swarm has one: `check` refuses a
+    blueprint without it, and `sync` skips a file that has lost it since."""
+    if bp.result_dir is None:
+        raise BadInput(
+            f"{bp.path}: [exp_result_dir] is missing: write the absolute path of its result folder"
+        )
+    return bp.result_dir
+
+
+def _codebase(bp: Blueprint) -> Path:
+    """The blueprint's codebase; like its result folder, `check` refuses a blueprint without one."""
+    if bp.codebase is None:
+        raise BadInput(
+            f"{bp.path}: [exp_codebase_dir] is missing: write the absolute path of the code to run"
+        )
+    return bp.codebase
+
+
+def _attempts(member: Member) -> dict[str, Logged]:
+    """The member's attempts by log: `sync` reads them from the trial log (`_settle`) first."""
+    assert member.attempts is not None, f"{member.slug}: its attempts are read before they are settled"
+    return member.attempts
 
 
 def _settle(member: Member, folder: Path) -> bool:

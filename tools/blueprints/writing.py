@@ -222,6 +222,7 @@ def read_plan(path: Path) -> list[Spec]:
         if not result_dir and entry.get("result_root"):
             result_dir = Path(str(entry["result_root"])) / name
         notes = entry.get("notes") or []
+        gpus = entry.get("gpus")  # as the plan writes it: 4, "4,5,6,7", [4, 5]
         specs.append(
             Spec(
                 purpose=str(entry["purpose"]).strip(),
@@ -232,7 +233,7 @@ def read_plan(path: Path) -> list[Spec]:
                 yaml=str(entry.get("yaml") or ""),
                 result_dir=Path(str(result_dir)) if result_dir else None,
                 max_time=str(entry.get("max_time") or "24h"),
-                gpus=entry.get("gpus") if entry.get("gpus") is not None else DEFAULT_GPUS,
+                gpus=DEFAULT_GPUS if gpus is None else gpus if isinstance(gpus, int) else str(gpus),
                 first_step_pattern=str(entry.get("first_step_pattern") or DEFAULT_FIRST_STEP_PATTERN),
                 first_step_timeout=str(entry.get("first_step_timeout") or "20m"),
                 prediction=str(entry.get("prediction") or "").strip(),

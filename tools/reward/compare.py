@@ -192,9 +192,9 @@ def compare_profiles(
 ) -> Comparison:
     common = sorted(before.keys() & after.keys(), key=_sort_key)
     changes = [
-        Change(key, before[key].mean, after[key].mean)
+        Change(key, was, now)
         for key in common
-        if before[key].mean is not None and after[key].mean is not None
+        if (was := before[key].mean) is not None and (now := after[key].mean) is not None
     ]
     changes.sort(key=lambda c: (-c.delta, _sort_key(c.key)))
     return Comparison(

@@ -52,7 +52,7 @@ def _parse_fallback(line: bytes, shallow: bool) -> object:
     return obj
 
 
-def value_decoder() -> Callable[[object], Any]:
+def value_decoder() -> Callable[[bytes | str], Any]:
     """A parser for one `msgspec.Raw` value of a shallow line (any JSON value)."""
     import msgspec
 
@@ -77,6 +77,7 @@ def iter_jsonl(
     `start`/`end` read one byte range of a plain file (both at line starts, see `split_point`),
     whose first line is number `first_line`.
     """
+    loads: Callable[[bytes], object]
     if shallow:
         import msgspec
 

@@ -272,7 +272,7 @@ def _read_results_span(
         fields = {k: decode(v) for k, v in obj.items() if len(v) <= MAX_SCALAR_BYTES}
         t, r = fields.get(TASK), fields.get(ROLLOUT)
         if type(t) is not int or type(r) is not int:
-            _indexes(fields, path, lineno)
+            t, r = _indexes(fields, path, lineno)  # raises: the line lacks integer indexes
         row = len(info_end)
         task.append(t)
         rollout.append(r)
@@ -637,7 +637,7 @@ def _metric_order(results: _Results, res_ids: np.ndarray, rows: np.ndarray) -> t
         schema_rows = np.frombuffer(schema.rows, np.int64)
         firsts.append((int(rank[schema_rows].min()), names, len(schema_rows)))
     metrics: dict[str, int] = {}
-    present = Counter()
+    present: Counter[str] = Counter()
     for _first, names, count in sorted(firsts, key=lambda item: item[0]):
         for name in names:
             metrics.setdefault(name, len(metrics))
@@ -835,16 +835,17 @@ def run_profile(
         run.pass_at_k = compute_pass_at_k(
             profile.starts, flags, profile.metric_column("reward"), pass_k, rule
         )
-    pngs: dict[str, bytes] = {}
+    pngs: dict[Path, bytes] = {}  # the file each plot goes to, and its PNG
     if plots_dir is not None:
         from autoresearch_skills.reward.plots import render_plots
 
         rewards = _require_metric(profile, "reward", "--plots")
         tokens = next((profile.metric_column(m) for m in OUTPUT_TOKEN_METRICS if m in profile.metrics), None)
         means = profile.stats.mean[:, profile.metrics.index("reward")]
-        pngs = render_plots(
+        rendered = render_plots(
             rewards, means, tokens, title=run.outputs["profile"].name.removesuffix("_reward_profiling.jsonl")
         )
+        pngs = {Path(plots_dir) / name: data for name, data in rendered.items()}
     staged = _Staged()
     try:
         with open(staged.path(run.outputs["profile"]), "wb") as handle:
@@ -857,9 +858,9 @@ def run_profile(
             staged.write_bytes(
                 run.outputs["pass_at_k"], orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n"
             )
-        for name, data in pngs.items():
-            run.plots.append(Path(plots_dir) / name)
-            staged.write_bytes(run.plots[-1], data)
+        for target, data in pngs.items():
+            run.plots.append(target)
+            staged.write_bytes(target, data)
         staged.commit()
     finally:
         staged.discard()

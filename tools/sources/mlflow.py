@@ -75,7 +75,7 @@ class RunDir:
 
 def experiments(store: Path) -> list[tuple[str, str, Path]]:
     """(id, name, folder) of the store's live experiments."""
-    out = []
+    out: list[tuple[str, str, Path]] = []
     if not store.is_dir():
         return out
     for folder in sorted(store.iterdir()):
@@ -113,10 +113,12 @@ def metric_names(run: RunDir) -> list[str]:
 
 
 def _start_seconds(text: str | None, run: Path) -> float:
-    try:
-        return int(text) / 1000.0
-    except (TypeError, ValueError):
+    if text is not None:
         try:
-            return run.stat().st_mtime
-        except OSError:
-            return math.nan
+            return int(text) / 1000.0
+        except ValueError:
+            pass
+    try:
+        return run.stat().st_mtime
+    except OSError:
+        return math.nan

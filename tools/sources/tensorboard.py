@@ -128,19 +128,21 @@ def created(path: Path) -> float | None:
 
 
 def _event_scalars(event: bytes) -> Iterator[tuple[float, Sample]]:
-    wall_time, step, summary = 0.0, 0, None  # proto3 leaves out a zero step
+    wall_time, step = 0.0, 0  # proto3 leaves out a zero step
+    summary: bytes | None = None
     for field, _, value in _fields(event):
         if field == _WALL_TIME:
-            (wall_time,) = struct.unpack("<d", value)
+            (wall_time,) = struct.unpack("<d", _bytes(value))
         elif field == _STEP:
-            step = value - (1 << 64) if value >= 1 << 63 else value
+            number = _int(value)
+            step = number - (1 << 64) if number >= 1 << 63 else number
         elif field == _SUMMARY:
-            summary = value
+            summary = _bytes(value)
     if summary is None:
         return
     for field, _, value in _fields(summary):
         if field == 1:
-            scalar = _value_scalar(value)
+            scalar = _value_scalar(_bytes(value))
             if scalar is not None:
                 yield wall_time, Sample(scalar[0], scalar[1], step)
 
@@ -149,13 +151,13 @@ def _value_scalar(value: bytes) -> tuple[str, float] | None:
     tag, simple, tensor, plugin = "", None, None, None
     for field, _, item in _fields(value):
         if field == _TAG:
-            tag = bytes(item).decode("utf-8", "replace")
+            tag = _bytes(item).decode("utf-8", "replace")
         elif field == _SIMPLE_VALUE:
-            (simple,) = struct.unpack("<f", item)
+            (simple,) = struct.unpack("<f", _bytes(item))
         elif field == _TENSOR:
-            tensor = item
+            tensor = _bytes(item)
         elif field == _METADATA:
-            plugin = _plugin_name(item)
+            plugin = _plugin_name(_bytes(item))
     if simple is not None:
         return tag, simple
     if tensor is None or plugin not in (None, "scalars"):
@@ -167,25 +169,26 @@ def _value_scalar(value: bytes) -> tuple[str, float] | None:
 def _plugin_name(metadata: bytes) -> str | None:
     for field, _, item in _fields(metadata):
         if field == 1:  # plugin_data
-            for sub, _, name in _fields(item):
+            for sub, _, name in _fields(_bytes(item)):
                 if sub == 1:
-                    return bytes(name).decode("utf-8", "replace")
+                    return _bytes(name).decode("utf-8", "replace")
     return None
 
 
 def _tensor_scalar(tensor: bytes) -> float | None:
-    dtype, elements, content = 0, 1, None
+    dtype, elements = 0, 1
+    content: bytes | None = None
     values: list[float] = []
     half_bits: list[int] = []
     for field, wire, item in _fields(tensor):
         if field == _DTYPE:
-            dtype = item
+            dtype = _int(item)
         elif field == _SHAPE:
-            elements = _element_count(item)
+            elements = _element_count(_bytes(item))
         elif field == _CONTENT:
-            content = bytes(item)
+            content = _bytes(item)
         elif field == _HALF_VAL:
-            half_bits.extend(_varints(item) if wire == 2 else [item])
+            half_bits.extend(_varints(_bytes(item)) if wire == 2 else [_int(item)])
         elif field in _TYPED_VALUES:
             values.extend(_typed(field, wire, item))
     if elements != 1:
@@ -203,15 +206,15 @@ def _tensor_scalar(tensor: bytes) -> float | None:
     return None
 
 
-def _typed(field: int, wire: int, item) -> list[float]:
+def _typed(field: int, wire: int, item: int | bytes) -> list[float]:
     code = _TYPED_VALUES[field]
     if code == "varint":
-        numbers = _varints(item) if wire == 2 else [item]
+        numbers = _varints(_bytes(item)) if wire == 2 else [_int(item)]
         if field in _SIGNED_VARINT_FIELDS:
             numbers = [n - (1 << 64) if n >= 1 << 63 else n for n in numbers]
         return [float(n) for n in numbers]
     width = struct.calcsize(code)
-    raw = bytes(item)
+    raw = _bytes(item)
     return [float(v) for v in struct.unpack(f"<{len(raw) // width}{code}", raw[: len(raw) // width * width])]
 
 
@@ -225,19 +228,20 @@ def _element_count(shape: bytes) -> int:
     count = 1
     for field, _, dim in _fields(shape):
         if field == 2:  # dim
-            for sub, _, size in _fields(dim):
+            for sub, _, size in _fields(_bytes(dim)):
                 if sub == 1:
-                    count *= size
+                    count *= _int(size)
     return count
 
 
 # --- protobuf wire format ---------------------------------------------------------------
 
 
-def _fields(buf: bytes) -> Iterator[tuple[int, int, object]]:
+def _fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
     """(field number, wire type, value): an int for varints, bytes otherwise.
     Raises ValueError on a truncated or malformed message."""
     pos, size = 0, len(buf)
+    value: int | bytes
     while pos < size:
         key, pos = _varint(buf, pos)
         field, wire = key >> 3, key & 7
@@ -257,6 +261,20 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, object]]:
         yield field, wire, value
 
 
+def _bytes(value: int | bytes) -> bytes:
+    """A length-delimited or fixed-width field's bytes; ValueError (a malformed message) for a varint."""
+    if isinstance(value, int):
+        raise ValueError("a varint where the message has bytes")
+    return value
+
+
+def _int(value: int | bytes) -> int:
+    """A varint field's number; ValueError (a malformed message) for bytes."""
+    if not isinstance(value, int):
+        raise ValueError("bytes where the message has a varint")
+    return value
+
+
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
@@ -271,7 +289,8 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _varints(buf: bytes) -> list[int]:
-    out, pos = [], 0
+    out: list[int] = []
+    pos = 0
     while pos < len(buf):
         value, pos = _varint(buf, pos)
         out.append(value)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch_skills.sources import Sample
-from autoresearch_skills.sources.tensorboard import _fields
+from autoresearch_skills.sources.tensorboard import _bytes, _fields, _int
 
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 BLOCK = 32 * 1024
@@ -102,9 +102,9 @@ class LogReader:
         try:
             for number, _, value in _fields(record):
                 if number == _HISTORY:
-                    return self._history(value)
+                    return self._history(_bytes(value))
                 if number == _SUMMARY:
-                    self._summary(value)
+                    self._summary(_bytes(value))
                     return []
         except (ValueError, struct.error):
             return []  # a record we cannot parse spoils nothing else
@@ -112,25 +112,25 @@ class LogReader:
 
     def _history(self, record: bytes) -> list[Sample]:
         values: dict[str, float] = {}
-        step = None
+        step: int | None = None
         for number, _, value in _fields(record):
             if number == _ITEMS:
-                name, item = _item(value)
+                name, item = _item(_bytes(value))
                 if name == "_step" and item is not None and item.is_integer():
                     step = int(item)
                 elif name and item is not None and not _system(name):
                     values[name] = item
             elif number == _STEP:
-                for sub, _, num in _fields(value):
+                for sub, _, num in _fields(_bytes(value)):
                     if sub == 1 and step is None:
-                        step = num
+                        step = _int(num)
         self.step = step if step is not None else self.step + 1
         return [Sample(name, value, self.step) for name, value in values.items()]
 
     def _summary(self, record: bytes) -> None:
         for number, _, value in _fields(record):
             if number == 1:  # update
-                name, item = _item(value)
+                name, item = _item(_bytes(value))
                 if (
                     name
                     and item is not None
@@ -142,18 +142,20 @@ class LogReader:
 
 def _item(item: bytes) -> tuple[str, float | None]:
     """A HistoryItem or SummaryItem: its name and numeric value (None when not a number)."""
-    key, nested, value = "", [], None
+    key, value = "", None
+    nested: list[str] = []
     for number, wire, raw in _fields(item):
         if number == _KEY:
-            key = bytes(raw).decode("utf-8", "replace")
+            key = _bytes(raw).decode("utf-8", "replace")
         elif number == _NESTED_KEY:
-            nested.append(bytes(raw).decode("utf-8", "replace"))
+            nested.append(_bytes(raw).decode("utf-8", "replace"))
         elif number == _VALUE_JSON:
-            value = _json_number(bytes(raw))
+            value = _json_number(_bytes(raw))
         elif number == _NUMBER and wire == 1:
-            (value,) = struct.unpack("<d", raw)
+            (value,) = struct.unpack("<d", _bytes(raw))
         elif number == _INTEGER and wire == 0:
-            value = float((raw >> 1) ^ -(raw & 1))  # sint64: zigzag
+            zigzag = _int(raw)
+            value = float((zigzag >> 1) ^ -(zigzag & 1))  # sint64: zigzag
     return (".".join(nested) if nested else key), value
 
 
@@ -177,9 +179,11 @@ def run_dirs(path: Path) -> list[Path]:
         return [path]
     for base in (path, path / "wandb"):
         if base.is_dir():
-            found = [p for p in base.iterdir() if p.is_dir() and _RUN_DIR.match(p.name)]
-            if found:
-                return sorted(found, key=lambda p: (_RUN_DIR.match(p.name).group(1), _mtime(p)))
+            stamped = [
+                (m.group(1), p) for p in base.iterdir() if p.is_dir() and (m := _RUN_DIR.match(p.name))
+            ]
+            if stamped:
+                return [p for _, p in sorted(stamped, key=lambda item: (item[0], _mtime(item[1])))]
     return []
 
 
