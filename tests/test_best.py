@@ -114,11 +114,18 @@ def test_ars_ledger_best_prints_the_pooled_mean_and_its_runs(results: Path, tmp_
 def test_the_report_names_the_same_best(campaign):
     md = report.write_report(campaign)["report"].read_text()
     result = md.split("## Result\n", 1)[1].split("\n## ", 1)[0]
-    assert f"| best | 0.960000 (mean of 3 runs) | `autoresearch/x/b` @ `{COMMITS['b'][:8]}` |" in result
+    assert (
+        f"| best | 0.960000 (mean of 3 runs; confirmed by #6) | `autoresearch/x/b` @ `{COMMITS['b'][:8]}` |"
+        in result
+    )
     assert "0.950000" not in result
     chain = md.split("## Chain of kept improvements\n", 1)[1].split("\n## ", 1)[0]
     links = [line for line in chain.splitlines() if line[:1].isdigit()]
-    assert links[-1].startswith("3. #5 `autoresearch/x/b`: 0.960000 (mean of 3 runs: #5, #6, #7")
+    # B grew from the baseline, as A did: A is a branch beside the chain, not a link of it
+    assert links[-1].startswith(
+        "2. #5 `autoresearch/x/b`: 0.960000 (mean of 3 runs: #5, #6, #7; confirmed by #6"
+    )
+    assert "   - branch: #2 `autoresearch/x/a`: 0.976667 (mean of 3 runs: #2, #3, #4) — a idea" in chain
 
 
 def test_memory_resume_and_status_name_the_same_best_as_keep(campaign):

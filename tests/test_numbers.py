@@ -179,28 +179,3 @@ def test_an_experiment_knob_the_command_sets_again_after_args_is_named():
     assert "`--n_embd=64`" in line
     assert knobs.overridden_args({"n_embd": 128}, "python train.py --n_embd=64 ${args}") == []
     assert knobs.overridden_args({"n_embd": 128}, "python train.py --n_embd=64") == []  # ours come last
-
-
-@pytest.mark.parametrize(
-    ("given", "stored", "number", "percent"),
-    [
-        ("val loss -0.05", "val loss -0.05", -0.05, ""),  # a metric name with a space
-        ("-0.05", "val loss -0.05", -0.05, ""),
-        ("+2%", "val loss +2%", 2.0, "%"),
-        ("val loss -1e-3", "val loss -1e-3", -0.001, ""),
-    ],
-)
-def test_a_prediction_is_stored_as_the_report_reads_it(given, stored, number, percent):
-    from autoresearch_skills.campaign.experiment import PREDICTED_CHANGE, parse_prediction
-
-    assert parse_prediction(given, "val loss") == stored
-    found = PREDICTED_CHANGE.search(stored)
-    assert float(found["number"]) == number and found["percent"] == percent
-
-
-def test_a_prediction_for_another_metric_is_refused_with_forms_that_work():
-    from autoresearch_skills.campaign.experiment import parse_prediction
-    from autoresearch_skills.errors import BadInput
-
-    with pytest.raises(BadInput, match='"-0.01", "\\+2%" or "val loss -0.01"'):
-        parse_prediction("loss -0.1", "val loss")

@@ -253,7 +253,7 @@ def test_the_chain_pools_reruns_and_leaves_out_a_refuted_candidate(noisy_campaig
     links = [line for line in chain.splitlines() if re.match(r"\d+\. ", line)]
     assert links == [
         "1. #1 `autoresearch/x/baseline`: 1.010000 (mean of 3 runs: #1, #2, #3) — baseline",
-        "2. #4 `autoresearch/x/lr`: 0.987500 (mean of 2 runs: #4, #5; 1.9 sigma ahead of #1) — lr idea",
+        "2. #4 `autoresearch/x/lr`: 0.987500 (mean of 2 runs: #4, #5; confirmed by #5; 1.9 sigma ahead of #1) — lr idea",
         "3. #9 `autoresearch/x/deep`: 0.965000 (mean of 2 runs: #9, #10; 1.7 sigma ahead of #4) — deep idea",
     ]
     assert "- #6 `wide`: candidate refuted by its rerun: 1.012500 (mean of 2 runs: #6, #7)" in chain
@@ -263,7 +263,8 @@ def test_the_chain_pools_reruns_and_leaves_out_a_refuted_candidate(noisy_campaig
 def test_the_progress_chart_draws_reruns_in_their_commits_column(noisy_campaign):
     st = report.standing(noisy_campaign.rows(), "min")
     assert {i: st.owner[i] for i in (2, 3, 5, 7, 10)} == {2: 1, 3: 1, 5: 4, 7: 6, 10: 9}
-    assert [(g.key, round(g.mean, 4)) for g in st.chain] == [(1, 1.01), (4, 0.9875), (9, 0.965)]
+    assert [(g.key, round(g.mean, 4)) for g in st.running_best] == [(1, 1.01), (4, 0.9875), (9, 0.965)]
+    assert [n.key for n in st.chain] == [1, 4, 9]  # here the running best is also the lineage
     assert [r.index for r in st.apart] == [0]
     width, height = png_size(report.write_report(noisy_campaign)["chart"])
     assert 600 <= width <= 2000 and 300 <= height <= 1200
@@ -274,7 +275,7 @@ def test_attempts_name_reruns_retries_and_flags(noisy_campaign):
     table = section(md, "All attempts")
     assert "| # | status | val_bpb | Δ vs parent | elapsed | notes | description | branch |" in table
     assert "| 2 | keep | 1.020000 | - | 0.0m | rerun of #1 | baseline |" in table
-    assert "| 4 | discard | 0.990000 | -0.020000 | 0.0m | candidate | lr idea |" in table
+    assert "| 4 | discard | 0.990000 | -0.020000 | 0.0m | candidate; confirmed by #5 | lr idea |" in table
     assert "| 9 | keep | 0.960000 | -0.025000 | 0.0m | retries #8; not comparable: steps 408 vs 682 for its parent #5 (-40%) |" in table  # fmt: skip
     assert f"| 1 | keep | 1.000000 | - | 0.0m | {NOT_COMPARABLE_HW} |" in table
     assert "\n| 0 |" not in table  # another fingerprint: listed apart
@@ -293,7 +294,7 @@ def test_predictions_are_tallied_by_sign_against_the_parent_row(noisy_campaign):
     md = report.write_report(noisy_campaign)["report"].read_text()
     predicted = section(md, "Predictions")
     assert "The predicted sign was right 2 of 3 times (67%). 1 not judged" in predicted
-    assert "| 4 | `lr` | val_bpb -0.01 | -0.020000 vs #3 | right |" in predicted
+    assert "| 4 | `lr` (confirmed by #5) | val_bpb -0.01 | -0.020000 vs #3 | right |" in predicted
     assert "| 6 | `wide` | val_bpb -0.02 | +0.010000 vs #5 | wrong |" in predicted
     assert "| 8 | `deep` | -1% | - (crash) | - |" in predicted
     assert "| 11 | `tiny` | val_bpb +0.05 | +0.230000 vs #10 | right |" in predicted
@@ -343,8 +344,11 @@ When each run ran: one row per slot, a bar per run, labelled with its index.
 
 ## Chain of kept improvements
 
+Each link grew from the one before it; a kept experiment off the path to the best is a branch under the link it grew from.
+
 1. #0 `autoresearch/x/baseline`: 1.200000 — baseline
 2. #1 `autoresearch/x/lr`: 1.100000 — raise LR
+   - branch: #4 `autoresearch/x/worse`: 1.120000 — kept against its parent, not the best
 3. #5 `autoresearch/x/warmup`: 1.050000 — add warmup
 
 Ledger: `{ledger}`
@@ -352,7 +356,8 @@ Ledger: `{ledger}`
 
 
 def test_a_ledger_of_the_seventeen_columns_gives_the_report_it_always_gave(campaign):
-    """The report written before reruns, fingerprints and predictions existed, byte for byte."""
+    """The report written before reruns, fingerprints and predictions existed, byte for byte, but
+    for the chain, which follows the parent links: a kept sibling of the best is a branch, not a link."""
     campaign.ledger.write_text("\t".join(ledger.BASE_COLUMNS) + "\n")
     rows = [
         ("baseline", "c0", "p0", 1.20, "keep", "baseline"),
@@ -397,15 +402,23 @@ def test_report_of_a_campaign_run_through_ars(tmp_path: Path):
         "--command", f"{sys.executable} train.py", "--stop", "10 experiments, 1m each", env=env)  # fmt: skip
     ars(repo, "exp", "baseline", env=env)
     for n, (slug, predict) in enumerate([("near", "val_bpb -0.01"), ("far", "-2%")], 1):
-        ars(repo, "exp", "start", slug, "-m", f"idea {n}", "--predict", predict, env=env)
-        (repo / "train.py").write_text(TRAIN.replace("IDEA = 0", f"IDEA = {n}"))
+        started = ars(repo, "exp", "start", slug, "-m", f"idea {n}", "--predict", predict, env=env).stdout
+        workdir = Path(started.split("workdir: ", 1)[1].splitlines()[0])
+        (workdir / "train.py").write_text(TRAIN.replace("IDEA = 0", f"IDEA = {n}"))
         ars(repo, "exp", "run", env=env)
-        # near: a candidate its rerun ties with the baseline; far: a clear keep, run again as a new best
+        # near: a candidate its rerun ties with the baseline; far: kept (at once, or once its rerun
+        # confirms it), and run again
         ars(repo, "exp", "rerun", f"#{n * 2}", env=env)
     ars(repo, "report", env=env)
     md = (repo / "reports/auto_research/n/report.md").read_text()
+    # what the noise rule made of far's first run decides what the report says of it
+    confirmed = (
+        "; confirmed by #5"
+        if report.lineage.is_candidate(ledger.read(repo / "reports/auto_research/n/results.tsv")[4])
+        else ""
+    )
     assert "Noise: sigma 0.019 from 6 runs of 3 commits." in md
-    assert "| best | 0.905000 (mean of 2 runs) | `autoresearch/" in md
+    assert f"| best | 0.905000 (mean of 2 runs{confirmed}) | `autoresearch/" in md
     assert "| change | -0.105000 (-10.40%); 5.6 sigma ahead | |" in md
     chain = section(md, "Chain of kept improvements")
     links = [
@@ -415,7 +428,7 @@ def test_report_of_a_campaign_run_through_ars(tmp_path: Path):
     ]
     assert links == [
         "1. #0: 1.010000 (mean of 2 runs: #0, #1) — baseline",
-        "2. #4: 0.905000 (mean of 2 runs: #4, #5; 5.6 sigma ahead of #0) — idea 2",
+        f"2. #4: 0.905000 (mean of 2 runs: #4, #5{confirmed}; 5.6 sigma ahead of #0) — idea 2",
     ]
     assert (
         "- #2 `near`: candidate tied with the best #0 (1.010000) by its rerun, so not kept: "
@@ -429,7 +442,8 @@ def test_report_of_a_campaign_run_through_ars(tmp_path: Path):
     predicted = section(md, "Predictions")
     assert "The predicted sign was right 2 of 2 times (100%)." in predicted
     assert "| 2 | `near` | val_bpb -0.01 | -0.030000 vs #1 | right |" in predicted
-    assert "| 4 | `far` | val_bpb -2% | -11.76% vs #1 | right |" in predicted
+    far = "`far` (confirmed by #5)" if confirmed else "`far`"
+    assert f"| 4 | {far} | val_bpb -2% | -11.76% vs #1 | right |" in predicted
 
 
 def test_the_trace_shows_the_proposal_model_calls_beside_the_runs(parallel_campaign, tmp_path: Path):

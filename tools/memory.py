@@ -274,6 +274,8 @@ def render_resume(facts: dict) -> str:
             f"best: {camp['best'] or 'no kept result yet'}",
             f"running: {camp['running'] or 'nothing'}",
         ]
+        for f in camp.get("in_flight") or []:  # experiments run in worktrees: where to edit is here
+            lines.append(f"experiment: {f['key']} [{f['phase']}] on {f['branch']} in {f['workdir'] or '-'}")
     lines.append(f"branch: {facts['branch']}")
     if facts.get("status"):
         lines.append(f"last status: {facts['status']}")

@@ -23,6 +23,7 @@ import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 import click
 
@@ -32,12 +33,20 @@ from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
 Curve = list[tuple[float, float]]  # (step, value), steps increasing
 
 RULES = ("median", "forecast", "both")
+
+
 # The median rule as the campaign watcher applies it, tuned by bench/bench_prune.py on real tiny-lm
 # curves and synthetic families (noise, crossing curves, late learning-rate drops): compare like with
 # like (best so far against best so far), stop only runs in the worse quarter, and judge none before
 # a fifth of the run. About half the compute saved for about 1% of eventual winners stopped; Vizier's
 # own setting (median of running averages from the first step) stopped 6% of them.
-WATCH_RULE = {"quantile": 0.75, "compare": "best", "min_fraction": 0.2}
+class RuleTuning(TypedDict):
+    quantile: float
+    compare: str
+    min_fraction: float
+
+
+WATCH_RULE: RuleTuning = {"quantile": 0.75, "compare": "best", "min_fraction": 0.2}
 MIN_RUNS = 3  # finished runs the median rule needs before it judges anything
 WINDOW = 5  # points of the recent curve the forecast takes its rate from
 

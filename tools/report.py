@@ -7,9 +7,12 @@ settings (plus the last lines of failed runs' logs, for their diagnosis).
 Noise: results are ranked only among rows of one fingerprint (the latest row's; rows of others
 are listed apart), and a commit is judged by the mean of its runs (`noise.groups`: a rerun is a
 run of its commit, never an improvement of its own). The report gives the campaign's sigma, each
-kept commit's runs and margin in sigma, and the chain of kept commits whose mean beats every kept
-commit before them: a candidate its rerun did not confirm is not in it. A ledger without the optional
-columns (17 or 15) gives the report it always gave.
+kept commit's runs and margin in sigma, and the chain of kept improvements: the path the parent
+links draw from the baseline to the best (`campaign/lineage`), each link the commit the next one
+grew from, with the kept experiments beside it as branches off the link they grew from; a
+candidate its rerun did not confirm is not in it, one it confirmed says so (`confirmed by #N`).
+A ledger without the optional columns (17 or 15) gives the report it always gave, kept siblings
+of a link shown as its branches.
 
 Slots: the ledger keeps each run's `started_at`, `ended_at` and `devices` (CUDA_VISIBLE_DEVICES),
 not the slot it ran in, so slots are rebuilt from the intervals: runs in order of start, each to
@@ -29,15 +32,19 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
-from autoresearch_skills.campaign import noise
-from autoresearch_skills.campaign.experiment import PREDICTED_CHANGE
+from autoresearch_skills.campaign import lineage, noise, prediction
 from autoresearch_skills.clock import parse_iso
 from autoresearch_skills.errors import Refused, is_refusal, run_cli
+from autoresearch_skills.ledger import Row
 from autoresearch_skills.outcome import Status
+
+if TYPE_CHECKING:
+    from autoresearch_skills.campaign.store import Campaign
 
 COLOURS = {
     Status.KEEP: "#2e9d48",
@@ -62,17 +69,17 @@ CHROME_COLOURS = {  # trace viewer's reserved colour names (chrome://tracing; Pe
 
 @dataclass
 class Attempt:
-    row: object
+    row: Row
     delta: float | None  # metric minus the parent's metric (None when either has none)
     diagnosis: str
-    parent: object = None  # the latest row with a metric whose commit is this row's parent_commit
+    parent: Row | None = None  # the latest row with a metric whose commit is this row's parent_commit
 
 
-def has_metric(row) -> bool:
+def has_metric(row: Row) -> bool:
     return row.status.is_finished()
 
 
-def attempts(rows: list) -> list[Attempt]:
+def attempts(rows: list[Row]) -> list[Attempt]:
     by_commit = {r.commit: r for r in rows if r.commit and has_metric(r)}
     out = []
     for r in rows:
@@ -82,15 +89,27 @@ def attempts(rows: list) -> list[Attempt]:
     return out
 
 
-def notes(row) -> str:
+def confirmations(tree: lineage.Tree) -> dict[int, int]:
+    """Row index of a result first recorded as a candidate -> the row that confirmed it."""
+    return {
+        n.candidate_row: n.confirmed_by
+        for n in tree.nodes.values()
+        if n.candidate_row is not None and n.confirmed_by is not None
+    }
+
+
+def notes(row: Row, confirmed_by: int | None = None) -> str:
     """What the attempts table says beside a row: which run it repeats or retries, and its flags
-    (candidate, not comparable ...), as the ledger wrote them."""
+    (candidate, not comparable ...), as the ledger wrote them; a candidate that a later run kept
+    says which (`confirmed by #5`)."""
     parts = [f"rerun of #{row.rerun_of}"] if row.rerun_of else []
     parts += [f"retries #{row.retry_of}"] if row.retry_of else []
-    return "; ".join([*parts, row.flags] if row.flags else parts)
+    parts += [row.flags] if row.flags else []
+    parts += [f"confirmed by #{confirmed_by}"] if confirmed_by is not None else []
+    return "; ".join(parts)
 
 
-def diagnose(row) -> str:
+def diagnose(row: Row) -> str:
     """One line: the known anomaly in the log if there is one, else the recorded reason."""
     try:
         from autoresearch_skills.anomalies import scan_text
@@ -108,20 +127,23 @@ def diagnose(row) -> str:
 class Standing:
     """What the ledger knows now, among the rows comparable with the best (one fingerprint: the
     latest row's, "" in ledgers without fingerprints): each commit's runs pooled into a mean
-    (`noise.groups`; a rerun belongs to its commit), the best commit, the chain of improvements
-    and the run-to-run noise. Rows of other fingerprints are `apart`: never ranked with these."""
+    (`noise.groups`; a rerun belongs to its commit), the best commit, the tree of experiments and
+    the chain of improvements in it, and the run-to-run noise. Rows of other fingerprints are
+    `apart`: never ranked with these."""
 
     fingerprint: str
-    comparable: list
-    apart: list
+    comparable: list[Row]
+    apart: list[Row]
     groups: dict[int, noise.Group]  # by the index of the commit's first row
     owner: dict[int, int]  # row index -> its commit's group key (a crashed rerun too)
     best: noise.Best | None  # the one best (`noise.best`), as status, finish and memory show it
-    chain: list[noise.Group]  # kept commits whose mean beats every kept commit before them
+    tree: lineage.Tree  # the comparable rows' experiments, each under the one it grew from
+    chain: list[lineage.Node]  # the path from the baseline to the best: each link the next one's parent
+    running_best: list[noise.Group]  # kept commits whose mean beats every kept commit before them
     estimate: noise.Estimate
     noise_aware: bool  # the ledger records noise (fingerprints, reruns, sigma): say so
 
-    def first_row(self, group: noise.Group):
+    def first_row(self, group: noise.Group) -> Row:
         return next(r for r in self.comparable if r.index == group.key)
 
     def runs_text(self, group: noise.Group) -> str:
@@ -130,19 +152,21 @@ class Standing:
         return f"mean of {group.n} runs: " + ", ".join(f"#{i}" for i in group.indexes)
 
 
-def standing(rows: list, direction: str) -> Standing:
+def standing(rows: list[Row], direction: str) -> Standing:
     fingerprint = noise.latest_fingerprint(rows) or ""
     comparable = [r for r in rows if r.fingerprint == fingerprint]
     found = noise.groups(comparable)
     owner = {i: g.key for g in found.values() for i in g.indexes}
     for r in comparable:  # a rerun that crashed still belongs to the commit it repeated
         target = int(r.rerun_of) if r.rerun_of.isdigit() else None
-        if r.index not in owner and target in owner:
+        if r.index not in owner and target is not None and target in owner:
             owner[r.index] = owner[target]
-    chain: list[noise.Group] = []
+    running: list[noise.Group] = []
     for g in sorted(found.values(), key=lambda g: g.key):
-        if g.kept and (not chain or noise.better(g.mean, chain[-1].mean, direction)):
-            chain.append(g)
+        if g.kept and (not running or noise.better(g.mean, running[-1].mean, direction)):
+            running.append(g)
+    best = noise.best(rows, direction, fingerprint=fingerprint)
+    tree = lineage.build(comparable, direction)
     return Standing(
         fingerprint=fingerprint,
         comparable=comparable,
@@ -151,8 +175,10 @@ def standing(rows: list, direction: str) -> Standing:
         ],  # a row that never ran has none
         groups=found,
         owner=owner,
-        best=noise.best(rows, direction, fingerprint=fingerprint),
-        chain=chain,
+        best=best,
+        tree=tree,
+        chain=tree.path_to(best.key) if best else [],
+        running_best=running,
         estimate=noise.estimate(rows, fingerprint=fingerprint),
         noise_aware=any(r.fingerprint or r.rerun_of or r.sigma or r.runs for r in rows),
     )
@@ -167,33 +193,46 @@ def margin(group: noise.Group, other: noise.Group, sigma: float | None, directio
     return ahead / (sigma * math.sqrt(1 / group.n + 1 / other.n))
 
 
-def improvements(rows: list, direction: str) -> list:
-    """The chain of kept results that each beat everything before them: the first row of each
-    commit in the chain, judged by the mean over its runs (see `standing`)."""
-    st = standing(rows, direction)
-    return [st.first_row(g) for g in st.chain]
+def improvements(rows: list[Row], direction: str) -> list[Row]:
+    """The chain of kept improvements: the first row of each experiment on the path from the
+    baseline to the best, each the parent of the next (see `standing`)."""
+    return [node.first for node in standing(rows, direction).chain]
 
 
-def left_out(st: Standing, direction: str) -> list[tuple[object, str]]:
-    """Commits that were candidates or kept but are not in the chain, and why: a candidate still
-    owed its rerun, one its reruns did not confirm (`unconfirmed`), a keep whose reruns pulled its
-    mean back."""
-    in_chain = {g.key for g in st.chain}
-    by_index = {r.index: r for r in st.comparable}
+def branches(st: Standing) -> dict[int, list[tuple[int, lineage.Node]]]:
+    """The kept experiments beside the chain, under the link they grew from (`lineage.branches`)."""
+    return lineage.branches(st.tree, st.chain)
+
+
+def left_out(st: Standing, direction: str) -> list[tuple[Row, str]]:
+    """Commits that were candidates or kept but are neither links of the chain nor its branches,
+    and why: a candidate still owed its rerun, one its reruns did not confirm (`unconfirmed`), a
+    keep in another tree than the chain's (it grew from a commit no comparable row holds)."""
+    shown = {n.key for n in st.chain} | {n.key for found in branches(st).values() for _, n in found}
     out = []
-    for g in sorted(st.groups.values(), key=lambda g: g.key):
-        flagged = any(is_candidate(by_index[i]) for i in g.indexes)
-        if g.key in in_chain or not (flagged or (g.kept and st.noise_aware)):
+    for node in st.tree.nodes.values():
+        g = node.group
+        if g is None or node.key in shown or not (node.kept or node.candidate_row is not None):
             continue
         if g.candidate:
             why = f"candidate, waiting for its confirmation rerun ({st.runs_text(g)})"
         elif not g.kept:
             why = f"{unconfirmed(st, g, direction)}: {_fmt(g.mean)} ({st.runs_text(g)})"
         else:
-            before = [c for c in st.chain if c.key < g.key][-1]
-            why = f"kept, but {_fmt(g.mean)} ({st.runs_text(g)}) does not beat #{before.key} ({_fmt(before.mean)})"
+            start = f"#{st.chain[0].key}, where the chain starts" if st.chain else "the chain"
+            why = f"kept, but it does not descend from {start}: it grew from {grew_from(st, node)}"
+            confirmed = f"; confirmed by #{node.confirmed_by}" if node.confirmed_by is not None else ""
+            why += f"; {_fmt(g.mean)} ({st.runs_text(g)}{confirmed})"
         out.append((st.first_row(g), why))
     return out
+
+
+def grew_from(st: Standing, node: lineage.Node) -> str:
+    """Where an experiment outside the chain came from, in words."""
+    if node.parent is not None:
+        return f"#{node.parent}"
+    commit = node.first.parent_commit
+    return f"`{commit[:8]}` (no comparable row holds it)" if commit else "no recorded parent"
 
 
 def unconfirmed(st: Standing, group: noise.Group, direction: str) -> str:
@@ -210,48 +249,43 @@ def unconfirmed(st: Standing, group: noise.Group, direction: str) -> str:
     return f"candidate not confirmed by its rerun: ahead of {best} by less than the noise rule asks"
 
 
-def is_candidate(row) -> bool:
-    return noise.CANDIDATE_FLAG in {f.strip() for f in re.split(r"[;,]", row.flags)}
-
-
 @dataclass
-class Prediction:
+class Predicted:
     """A change registered before the run (`--predict`) beside the change observed against the
     parent row: the prediction is judged by its sign alone."""
 
     attempt: Attempt
-    predicted: float | None  # the signed number as written; None when it does not parse
-    percent: bool  # "-1%": a relative change
-    observed: float | None  # in the prediction's unit; None with `why`
+    expected: prediction.Prediction | None  # None when the row's text is not a signed change
+    observed: float | None  # in the prediction's unit (percent for a relative one); None with `why`
     why: str = ""
 
     @property
     def right(self) -> bool | None:
-        if self.predicted is None or self.observed is None:
+        if self.expected is None or self.observed is None:
             return None
-        return _sign(self.predicted) == _sign(self.observed)
+        return self.expected.sign == _sign(self.observed)
 
 
-def predictions(rows: list) -> list[Prediction]:
+def predictions(rows: list[Row]) -> list[Predicted]:
     out = []
     for a in attempts(rows):
         r, parent = a.row, a.parent
         if not r.prediction:
             continue
-        found = PREDICTED_CHANGE.search(r.prediction)  # "val loss -0.01": the change at its end
-        predicted, percent = (float(found["number"]), bool(found["percent"])) if found else (None, False)
+        expected = prediction.read(r.prediction)
+        relative = expected is not None and expected.relative
         observed, why = None, ""
         if not has_metric(r):
-            why = r.status
-        elif parent is None or parent is r:
+            why = str(r.status)
+        elif parent is None or parent is r or a.delta is None:
             why = "no parent row"
         elif parent.fingerprint != r.fingerprint:
             why = f"parent #{parent.index} of another fingerprint"
-        elif percent and not parent.metric_value:
+        elif relative and not parent.metric_value:
             why = "parent's value is 0"
         else:
-            observed = a.delta / parent.metric_value * 100 if percent else a.delta
-        out.append(Prediction(a, predicted, percent, observed, why))
+            observed = a.delta / parent.metric_value * 100 if relative else a.delta
+        out.append(Predicted(a, expected, observed, why))
     return out
 
 
@@ -259,10 +293,11 @@ def _sign(x: float) -> int:
     return (x > 0) - (x < 0)
 
 
-def progress_chart(rows: list, metric: str, direction: str, path: Path, title: str) -> Path:
+def progress_chart(rows: list[Row], metric: str, direction: str, path: Path, title: str) -> Path:
     """Every attempt comparable with the best as a dot (a rerun in its commit's column), the
-    mean of a commit's runs as a dash, and the best so far (by those means) as a step line.
-    Rows of another fingerprint are left out (the title says how many)."""
+    mean of a commit's runs as a dash, and the best so far (by those means, in the order they
+    were recorded) as a step line. Rows of another fingerprint are left out (the title says how
+    many)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -271,7 +306,7 @@ def progress_chart(rows: list, metric: str, direction: str, path: Path, title: s
     st = standing(rows, direction)
     shown = st.comparable
 
-    def x(r) -> int:  # a rerun is drawn as a point of its commit
+    def x(r: Row) -> int:  # a rerun is drawn as a point of its commit
         return st.owner.get(r.index, r.index)
 
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
@@ -293,17 +328,18 @@ def progress_chart(rows: list, metric: str, direction: str, path: Path, title: s
     if pooled:
         ax.scatter([g.key for g in pooled], [g.mean for g in pooled], c="#222222", marker="_", s=260,
                    linewidths=1.6, label="mean of a commit's runs", zorder=4)  # fmt: skip
-    if st.chain:
+    records = st.running_best
+    if records:
         xs, ys = [], []
-        for n, g in enumerate(st.chain):
+        for n, g in enumerate(records):
             xs.append(g.key)
             ys.append(g.mean)
-            nxt = st.chain[n + 1].key if n + 1 < len(st.chain) else max(r.index for r in shown)
+            nxt = records[n + 1].key if n + 1 < len(records) else max(r.index for r in shown)
             xs.append(nxt)
             ys.append(g.mean)
         label = "best so far (mean of its runs)" if pooled else "best so far"
         ax.plot(xs, ys, color=COLOURS[Status.KEEP], linewidth=1.6, alpha=0.8, label=label, zorder=2)
-        for g in st.chain:
+        for g in records:
             ax.annotate(
                 Path(st.first_row(g).branch).name,
                 (g.key, g.mean),
@@ -325,7 +361,7 @@ def progress_chart(rows: list, metric: str, direction: str, path: Path, title: s
 class Span:
     """One run on the timeline: when it ran and the slot it was drawn in."""
 
-    row: object
+    row: Row
     start: datetime
     end: datetime
     slot: int = 0
@@ -335,7 +371,7 @@ class Span:
         return (self.end - self.start).total_seconds()
 
 
-def spans(rows: list) -> list[Span]:
+def spans(rows: list[Row]) -> list[Span]:
     """The rows with both timestamps, in order of start, each given a slot: of the slots whose
     previous run had ended by this run's start, the one whose previous run held the same devices,
     else the lowest-numbered; a new slot when none is free. Rows without timestamps are left out."""
@@ -350,8 +386,8 @@ def spans(rows: list) -> list[Span]:
     last: list[Span] = []  # per slot: the run drawn last in it
     for span in timed:
         free = [n for n, previous in enumerate(last) if previous.end <= span.start]
-        devices = getattr(span.row, "devices", "")
-        same = [n for n in free if devices and getattr(last[n].row, "devices", "") == devices]
+        devices = span.row.devices
+        same = [n for n in free if devices and last[n].row.devices == devices]
         slot = (same or free or [len(last)])[0]
         if slot == len(last):
             last.append(span)
@@ -364,13 +400,13 @@ def slot_names(timed: list[Span]) -> dict[int, str]:
     """`slot N`, with the devices when every run in the slot held the same ones."""
     names = {}
     for slot in sorted({s.slot for s in timed}):
-        devices = {getattr(s.row, "devices", "") for s in timed if s.slot == slot}
+        devices = {s.row.devices for s in timed if s.slot == slot}
         only = devices.pop() if len(devices) == 1 else ""
         names[slot] = f"slot {slot} (GPUs {only})" if only else f"slot {slot}"
     return names
 
 
-def timeline_chart(rows: list, path: Path, title: str) -> Path:
+def timeline_chart(rows: list[Row], path: Path, title: str) -> Path:
     """One row per slot, one bar per run from its start to its end, coloured by status and
     labelled with the row's index."""
     import matplotlib
@@ -424,7 +460,7 @@ def timeline_chart(rows: list, path: Path, title: str) -> Path:
 PROPOSER_TID = 10_000  # the trace's thread for the proposal policy's model calls (slots count from 0)
 
 
-def proposer_calls(folder: Path) -> list[dict]:
+def proposer_calls(folder: Path) -> list[dict[str, Any]]:
     """The model calls an llm policy logged (`llm_calls.jsonl` in the campaign folder, one JSON
     object a line); [] when there are none. A torn last line (a kill mid-write) is skipped."""
     calls = []
@@ -443,7 +479,7 @@ def proposer_calls(folder: Path) -> list[dict]:
     return calls
 
 
-def chrome_trace(rows: list, name: str, calls: list[dict] | None = None) -> dict:
+def chrome_trace(rows: list[Row], name: str, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The timeline in the Trace Event Format: one complete ("X") event per run, ts and dur in
     microseconds from the first start, one thread per slot, the row's fields as args; the proposal
     policy's model calls (`calls`, from `proposer_calls`) as spans on a thread of their own, beside
@@ -473,7 +509,13 @@ def chrome_trace(rows: list, name: str, calls: list[dict] | None = None) -> dict
             {"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": slot, "args": {"sort_index": slot}}
         )
     starts = [s.start for s in timed] + [parse_iso(c["start"]) for c in calls]
-    origin = min(starts) if starts else None
+    origin = min(starts, default=None)
+    if origin is None:  # nothing ran and no model call: the trace names its threads only
+        return {
+            "traceEvents": events,
+            "displayTimeUnit": "ms",
+            "otherData": {"campaign": name, "origin": None},
+        }
     for call in calls:
         events.append(
             {
@@ -505,7 +547,7 @@ def chrome_trace(rows: list, name: str, calls: list[dict] | None = None) -> dict
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"campaign": name, "origin": origin.isoformat() if origin else None},
+        "otherData": {"campaign": name, "origin": origin.isoformat()},
     }
 
 
@@ -521,12 +563,14 @@ def _cell(text: str) -> str:
 
 
 def render_markdown(
-    campaign, rows: list, chart_name: str, timeline_name: str = "", trace_name: str = ""
+    campaign: Campaign, rows: list[Row], chart_name: str, timeline_name: str = "", trace_name: str = ""
 ) -> str:
     s = campaign.settings
     verdict = campaign.verdict()
     st = standing(rows, s.direction)
     found = attempts(rows)
+    # rows of another fingerprint are not in the standing's tree; their candidates were confirmed too
+    confirmed = confirmations(lineage.build(rows, s.direction) if st.apart else st.tree)
     lines = [f"# Campaign report: {s.name}", ""]
     lines += [
         "## Objective",
@@ -553,12 +597,13 @@ def render_markdown(
         if trace_name:
             lines += [f"Open [{trace_name}]({trace_name}) in ui.perfetto.dev or chrome://tracing to zoom in."]
         lines += ["", f"![timeline]({timeline_name})", ""]
-    with_notes = any(notes(a.row) for a in found)
+    with_notes = any(notes(a.row, confirmed.get(a.row.index)) for a in found)
     apart = {r.index for r in st.apart}
     lines += ["## All attempts", ""]
     if apart:
         lines += ["Rows measured under another fingerprint are listed apart, in the next section.", ""]
-    lines += attempt_table([a for a in found if a.row.index not in apart], s.metric, with_notes)
+    here = [a for a in found if a.row.index not in apart]
+    lines += attempt_table(here, s.metric, with_notes, confirmed)
     if apart:
         others = ", ".join(f"`{d}`" if d else "none" for d in dict.fromkeys(r.fingerprint for r in st.apart))
         lines += [
@@ -569,7 +614,7 @@ def render_markdown(
             "hardware, versions or frozen files differ (`fingerprints/<digest>.json` in the campaign folder says "
             "what), so these rows are never ranked against the rows above and are never an improvement.",
             "",
-            *attempt_table([a for a in found if a.row.index in apart], s.metric, with_notes),
+            *attempt_table([a for a in found if a.row.index in apart], s.metric, with_notes, confirmed),
         ]
     failures = [a for a in found if not has_metric(a.row)]
     lines += ["", "## Failures", ""]
@@ -577,14 +622,14 @@ def render_markdown(
         f"- #{a.row.index} `{Path(a.row.branch).name}` ({a.row.status}): {a.diagnosis}" for a in failures
     ] or ["None."]
     lines += ["", *chain_section(st, s.direction)]
-    lines += predictions_section(rows, s.metric)
+    lines += predictions_section(rows, s.metric, confirmed)
     lines += ["", f"Ledger: `{campaign.ledger}`", ""]
     return "\n".join(lines)
 
 
 def result_section(st: Standing, metric: str, direction: str) -> list[str]:
     """The noise estimate, then the baseline, the best and the change, each commit by the mean
-    of its runs."""
+    of its runs (and the rerun that confirmed it, when it was first a candidate)."""
     lines = ["## Result", ""]
     if st.noise_aware:
         lines += [f"Noise: {st.estimate.describe()}.", ""]
@@ -593,13 +638,17 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
         return [*lines, f"No kept result yet.{apart}", ""]
     best = st.best.group
     base_row = next((r for r in st.comparable if Path(r.branch).name == "baseline" and has_metric(r)), None)
-    base = st.groups[st.owner[base_row.index]] if base_row else None
 
     def value(g: noise.Group) -> str:
-        return _fmt(g.mean) + (f" (mean of {g.n} runs)" if g.n > 1 else "")
+        parts = [f"mean of {g.n} runs"] if g.n > 1 else []
+        node = st.tree.node_of(g.key)
+        if node is not None and node.confirmed_by is not None:
+            parts.append(f"confirmed by #{node.confirmed_by}")
+        return _fmt(g.mean) + (f" ({'; '.join(parts)})" if parts else "")
 
     lines += ["| | " + metric + " | branch |", "|---|---|---|"]
-    if base:
+    base = st.groups[st.owner[base_row.index]] if base_row else None
+    if base_row and base:
         lines.append(f"| baseline | {value(base)} | `{base_row.branch}` |")
     lines.append(f"| best | {value(best)} | `{st.best.branch}` @ `{st.best.commit[:8]}` |")
     if base:
@@ -620,9 +669,13 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
     return lines
 
 
-def attempt_table(found: list[Attempt], metric: str, with_notes: bool) -> list[str]:
-    """One line per row. `notes`: reruns, retries and the row's flags (candidate, not comparable);
-    the description with its reason (`Row.with_reason`: a rerun's says `rerun of #N` in the notes)."""
+def attempt_table(
+    found: list[Attempt], metric: str, with_notes: bool, confirmed: dict[int, int] | None = None
+) -> list[str]:
+    """One line per row. `notes`: reruns, retries, the row's flags (candidate, not comparable) and
+    the rerun that confirmed a candidate (`confirmed`: row index -> that rerun's); the description
+    with its reason (`Row.with_reason`: a rerun's says `rerun of #N` in the notes)."""
+    confirmed = confirmed or {}
     head = [
         "#",
         "status",
@@ -638,11 +691,11 @@ def attempt_table(found: list[Attempt], metric: str, with_notes: bool) -> list[s
         r = a.row
         cells = [
             str(r.index),
-            r.status,
+            str(r.status),
             _fmt(r.metric_value) if has_metric(r) else "-",
             _fmt(a.delta, signed=True),
             f"{r.elapsed_min:.1f}m",
-            *([_cell(notes(r))] * with_notes),
+            *([_cell(notes(r, confirmed.get(r.index)))] * with_notes),
             _cell(r.with_reason()),
             f"`{r.branch}`",
         ]
@@ -651,25 +704,51 @@ def attempt_table(found: list[Attempt], metric: str, with_notes: bool) -> list[s
 
 
 def chain_section(st: Standing, direction: str) -> list[str]:
-    """The kept commits that each beat every kept commit before them, by the mean of their runs;
-    with the noise known, how many runs and how far ahead of the link before, in sigma."""
+    """The path the parent links draw from the baseline to the best: each link the commit the next
+    one grew from, by the mean of its runs; with the noise known, how many runs and how far ahead
+    of the link it grew from, in sigma. Kept experiments beside the path are branches under the
+    link they grew from, never links; a candidate its rerun kept says which rerun."""
     lines = ["## Chain of kept improvements", ""]
+    off_path = branches(st)
+    intro = []
     if st.noise_aware and st.chain:
-        lines += [
+        intro.append(
             "Each commit by the mean of its runs (reruns included); the margin is its lead over the "
-            "link before it, in sigma of the difference of the two means.",
-            "",
-        ]
-    for n, g in enumerate(st.chain, 1):
-        r = st.first_row(g)
-        extra = ""
-        if st.noise_aware:
-            parts = [st.runs_text(g)]
-            z = margin(g, st.chain[n - 2], st.estimate.sigma, direction) if n > 1 else None
-            if z is not None:
-                parts.append(f"{z:.1f} sigma ahead of #{st.chain[n - 2].key}")
-            extra = f" ({'; '.join(parts)})"
-        lines.append(f"{n}. #{g.key} `{r.branch}`: {_fmt(g.mean)}{extra} — {r.description}")
+            "link it grew from, in sigma of the difference of the two means."
+        )
+    if any(off_path.values()):
+        intro.append(
+            "Each link grew from the one before it; a kept experiment off the path to the best is a "
+            "branch under the link it grew from."
+        )
+    if st.chain and st.chain[0].key != min(st.tree.nodes):
+        intro.append(
+            f"The best does not descend from the baseline: the chain starts at #{st.chain[0].key}, "
+            f"which grew from {grew_from(st, st.chain[0])}."
+        )
+    if intro:
+        lines += [" ".join(intro), ""]
+    for n, node in enumerate(st.chain, 1):
+        parts = [] if node.kept else [str(node.status)]
+        before = st.chain[n - 2] if n > 1 else None
+        z = None
+        if st.noise_aware and node.group:
+            parts.append(st.runs_text(node.group))
+            if before is not None and before.group is not None:
+                z = margin(node.group, before.group, st.estimate.sigma, direction)
+        if node.confirmed_by is not None:
+            parts.append(f"confirmed by #{node.confirmed_by}")
+        if z is not None and before is not None:
+            parts.append(f"{abs(z):.1f} sigma {'ahead of' if z >= 0 else 'behind'} #{before.key}")
+        lines.append(f"{n}. {_chain_entry(node, parts)}")
+        for depth, branch in off_path[node.key]:
+            parts = [st.runs_text(branch.group)] if st.noise_aware and branch.group else []
+            if branch.confirmed_by is not None:
+                parts.append(f"confirmed by #{branch.confirmed_by}")
+            parent = None if branch.parent is None else st.tree.nodes[branch.parent]
+            if parent is not None and not parent.kept:
+                parts.append(f"grew from #{parent.key}, a {parent.status}")
+            lines.append(f"{' ' * (1 + 2 * depth)}- branch: {_chain_entry(branch, parts)}")
     if not st.chain:
         lines.append("None.")
     dropped = left_out(st, direction)
@@ -679,18 +758,30 @@ def chain_section(st: Standing, direction: str) -> list[str]:
     return lines
 
 
-def predictions_section(rows: list, metric: str) -> list[str]:
+def _chain_entry(node: lineage.Node, parts: list[str]) -> str:
+    extra = f" ({'; '.join(parts)})" if parts else ""
+    return f"#{node.key} `{node.first.branch}`: {_fmt(node.value)}{extra} — {node.first.description}"
+
+
+def predictions_section(rows: list[Row], metric: str, confirmed: dict[int, int] | None = None) -> list[str]:
     """Rows with a registered prediction: predicted against observed change vs the parent row,
-    and how often the predicted sign was right."""
+    and how often the predicted sign was right; a candidate a rerun kept says which rerun."""
     found = predictions(rows)
     if not found:
         return []
+    confirmed = confirmed or {}
     judged = [p for p in found if p.right is not None]
     right = sum(1 for p in judged if p.right)
-    tally = f"The predicted sign was right {right} of {len(judged)} times"
-    tally += f" ({right / len(judged):.0%})." if judged else "."
-    if len(judged) < len(found):
-        tally += f" {len(found) - len(judged)} not judged (no observed change against a comparable parent)."
+    if judged:
+        tally = f"The predicted sign was right {right} of {len(judged)} times ({right / len(judged):.0%})."
+    else:
+        tally = "No prediction could be judged yet."
+    unread = sum(1 for p in found if p.expected is None)
+    unmeasured = len(found) - len(judged) - unread
+    if unmeasured:
+        tally += f" {unmeasured} not judged (no observed change against a comparable parent)."
+    if unread:
+        tally += f" {unread} not judged (not a signed change of {metric})."
     lines = [
         "",
         "## Predictions",
@@ -701,25 +792,30 @@ def predictions_section(rows: list, metric: str) -> list[str]:
     ]
     lines.append("|---|---|---|---|---|")
     for p in found:
-        r = p.attempt.row
-        if p.observed is None:
+        r, parent = p.attempt.row, p.attempt.parent
+        if p.observed is None or parent is None:
             observed = f"- ({p.why})" if p.why else "-"
-        elif p.percent:
-            observed = f"{p.observed:+.2f}% vs #{p.attempt.parent.index}"
+        elif p.expected is not None and p.expected.relative:
+            observed = f"{p.observed:+.2f}% vs #{parent.index}"
         else:
-            observed = f"{_fmt(p.observed, signed=True)} vs #{p.attempt.parent.index}"
+            observed = f"{_fmt(p.observed, signed=True)} vs #{parent.index}"
         sign = "-" if p.right is None else "right" if p.right else "wrong"
-        if p.predicted is None:
+        if p.expected is None:
             sign = "- (not a signed number)"
-        lines.append(f"| {r.index} | `{Path(r.branch).name}` | {_cell(r.prediction)} | {observed} | {sign} |")
+        name = f"`{Path(r.branch).name}`"
+        if r.index in confirmed:
+            name += f" (confirmed by #{confirmed[r.index]})"
+        lines.append(f"| {r.index} | {name} | {_cell(r.prediction)} | {observed} | {sign} |")
     return lines
 
 
 def render_html(markdown_text: str, images: list[Path]) -> str:
     """A self-contained page: the Markdown shown as preformatted text, tables as tables, the
-    charts inline (an image line names one of `images`), links as links."""
+    charts inline (an image line names one of `images`), links as links, a nested list item
+    (a branch of the chain) indented as in the Markdown."""
     inline = {path.name: base64.b64encode(path.read_bytes()).decode() for path in images}
-    body, table = [], []
+    body: list[str] = []
+    table: list[str] = []
 
     def flush_table() -> None:
         if table:
@@ -746,8 +842,9 @@ def render_html(markdown_text: str, images: list[Path]) -> str:
             level = len(line) - len(line.lstrip("#"))
             body.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
         elif line.strip():
-            text = LINK.sub(lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', html.escape(line))
-            body.append(f"<p>{text}</p>")
+            text = LINK.sub(lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', html.escape(line.lstrip()))
+            indent = len(line) - len(line.lstrip())
+            body.append(f'<p style="margin-left:{indent / 2:g}em">{text}</p>' if indent else f"<p>{text}</p>")
     flush_table()
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
@@ -757,7 +854,7 @@ def render_html(markdown_text: str, images: list[Path]) -> str:
     return f"<!doctype html><html><head><meta charset='utf-8'><title>report</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n"
 
 
-def _save_figure(fig, path: Path) -> None:
+def _save_figure(fig: Any, path: Path) -> None:
     """Save a chart whole or not at all: a full disk leaves the previous chart, never half a PNG."""
     import matplotlib.pyplot as plt
 
@@ -776,7 +873,7 @@ def _save_figure(fig, path: Path) -> None:
         plt.close(fig)
 
 
-def write_report(campaign, out_dir: Path | None = None, trace: bool = False) -> dict[str, Path]:
+def write_report(campaign: Campaign, out_dir: Path | None = None, trace: bool = False) -> dict[str, Path]:
     out_dir = out_dir or campaign.folder
     rows = campaign.rows()
     s = campaign.settings
@@ -813,10 +910,13 @@ def cli(campaign: str | None, out_dir: Path | None, trace: bool, as_json: bool) 
     report.md: the result (the noise estimate, baseline and best by the mean
     of their runs), every attempt (reruns, retries and flags in its notes),
     rows of another fingerprint listed apart, failures, the chain of kept
-    improvements (margins in sigma; candidates their rerun refuted, tied or
-    did not confirm left out, each with why), and
+    improvements (the path of parent commits from the baseline to the best,
+    margins in sigma; kept siblings shown as branches under the link they grew
+    from; candidates their rerun refuted, tied or did not confirm left out, each
+    with why; one a rerun kept says "confirmed by #N", as the tables do), and
     predictions (--predict) against the observed change, with a tally of how
-    often the sign was right. progress.png draws reruns in their commit's
+    often the sign was right. `ars campaign tree` prints every experiment under
+    its parent. progress.png draws reruns in their commit's
     column and the best so far by the mean of its runs.
 
     timeline.png shows when each run ran: one row per slot (runs in flight at

@@ -1,5 +1,6 @@
-"""`ars campaign`: init, status, pause, and the unattended loop (run, resume). Wiring only: the
-campaign folder lives in `store`, the loop in `loop` (imported inside the commands that need it)."""
+"""`ars campaign`: init, status, tree, pause, and the unattended loop (run, resume). Wiring only:
+the campaign folder lives in `store`, the tree in `lineage`, the loop in `loop` (imported inside
+the commands that need it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import click
 
 from autoresearch_skills import notices
+from autoresearch_skills.campaign import lineage, noise
 from autoresearch_skills.campaign.settings import SETTINGS, Key
 from autoresearch_skills.campaign.status import status_facts
 from autoresearch_skills.campaign.store import create, find
@@ -27,6 +29,7 @@ def cli() -> None:
       ars campaign init lr-sweep --metric val_bpb --direction min \\
           --stop "24 experiments or 6h total, 10m each" --command "python train.py"
       ars campaign status
+      ars campaign tree
       ars campaign pause --reason "new data arrives tomorrow"
     """
     notices.show_with(lambda line: click.echo(line, err=True))  # the engine's warnings
@@ -189,6 +192,50 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
             )
         click.echo(facts["verdict"])
     raise SystemExit(0 if facts["should_continue"] else 1)
+
+
+@cli.command("tree")
+@click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+@click.option(
+    "--json", "as_json", is_flag=True, help="the same tree as data: each experiment with its children"
+)
+def tree_cmd(ref: str | None, as_json: bool) -> None:
+    """The experiments as a tree: each under the one it grew from (its parent commit).
+
+    One line per experiment, two spaces deeper per generation: its first row's index, branch,
+    status (a candidate awaiting its rerun says so), the mean of its runs and how many were pooled;
+    a candidate a rerun kept says `confirmed by #N`. Reruns are runs of their experiment, not lines
+    of their own; a retry is its own line beside the crash it retries. `<- best` marks the best.
+
+    \b
+    Examples:
+      ars campaign tree
+      ars campaign tree --campaign lr-sweep --json
+
+    \b
+    Output:
+      #0 baseline: keep 1.010000 (2 runs)
+        #2 near: discard 1.010000 (2 runs)
+        #4 far: keep 0.905000 (2 runs, confirmed by #5) <- best
+          #6 wider: crash (oom)
+    """
+    campaign = find(ref)
+    s = campaign.settings
+    rows = campaign.rows()
+    tree = lineage.build(rows, s.direction)
+    best = noise.best(rows, s.direction)
+    if as_json:
+        facts = {
+            "campaign": s.name,
+            "metric": s.metric,
+            "direction": s.direction,
+            "best": tree.owner[best.key] if best else None,  # the experiment that holds the best
+            "experiments": [node.to_json(tree) for node in tree.roots],
+        }
+        click.echo(json.dumps(facts, indent=2))
+        return
+    shown = lineage.lines(tree, best.key if best else None)
+    click.echo("\n".join(shown) if shown else "no rows yet: record the baseline with `ars exp baseline`")
 
 
 @cli.command("finish")

@@ -529,12 +529,7 @@ def _check_metric_printed(data: dict, repo: Path, where: str, result: Validation
 def _check_worktree_data(data: dict, repo: Path, where: str, result: Validation) -> None:
     """Warn when experiments will run in worktrees and the checkout holds ignored files that none
     of `.worktreeinclude` or `worktree_include:` carries: prepared data is the usual first crash."""
-    parallel = data.get("parallel") if _is_int(data.get("parallel")) else 1
-    if (
-        data.get("worktrees") != "always"
-        and (parallel or 1) <= 1
-        and not gitflow.tree_state(repo).dirty_tracked
-    ):
+    if data.get("worktrees") == "off":
         return
     result.checked.append("ignored files for worktrees")
     extra = (

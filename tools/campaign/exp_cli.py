@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from autoresearch_skills import knobs, notices
-from autoresearch_skills.campaign import experiment, noise, scheduler
+from autoresearch_skills.campaign import experiment, noise, prediction, scheduler
 from autoresearch_skills.campaign.experiment import select, settled_state
 from autoresearch_skills.campaign.finish import finished, wrap_up
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
@@ -348,7 +348,11 @@ def baseline_cmd(ref: str | None, timeout: str | None, no_run: bool, detach: boo
 )
 @click.option("--parent", default="best", show_default=True, help="baseline, best, or any git ref")
 @click.option("--no-baseline-check", is_flag=True, help="allow experiments before a baseline result exists")
-@click.option("--predict", help='the effect you expect, registered before the run: "val_bpb -0.01"')
+@click.option(
+    "--predict",
+    metavar="CHANGE",
+    help='the change of the metric you expect, registered before the run: "-0.01", "-2%" or "val_bpb -0.01"',
+)
 @click.option(
     "--force", is_flag=True, help="open it even when a stop condition is met (the user extended it)"
 )
@@ -387,11 +391,11 @@ def start_cmd(
       ars exp start more-workers -m "8 data workers" --args -n=8
     """
     campaign = find(ref)
-    prediction = experiment.parse_prediction(predict, campaign.settings.metric) if predict else None
+    expected = prediction.parse(predict, campaign.settings.metric).text if predict else None
     args = _parse_args(arg_items)
     record = experiment.start(
         campaign, slug, description, parent=parent, skip_baseline_check=no_baseline_check, force=force,
-        prediction=prediction, **({"args": args} if args else {}),
+        prediction=expected, **({"args": args} if args else {}),
     )  # fmt: skip
     if as_json:
         facts = {k: getattr(record, k) for k in ("key", "slug", "branch", "parent_commit", "workdir", "args")}

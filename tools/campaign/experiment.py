@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import subprocess
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from autoresearch_skills import gitflow, knobs, notices
+from autoresearch_skills import gitflow, knobs, notices, runoutputs
 from autoresearch_skills.campaign import judge as judging
-from autoresearch_skills.campaign import noise, workdirs
+from autoresearch_skills.campaign import noise, seeding, workdirs
+from autoresearch_skills.campaign import outputs as kept_outputs
 from autoresearch_skills.campaign.finish import close_sessions
 from autoresearch_skills.campaign.pool import Grant
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
@@ -200,25 +200,6 @@ def start(
         for name, value in extra.items():
             setattr(experiment, name, value)
         return _open(campaign, state, experiment)
-
-
-# The change a prediction expects, at the end of what `--predict` stores ("val loss -0.01", "-1%");
-# the report reads it back with the same pattern.
-PREDICTED_CHANGE = re.compile(r"(?P<number>[+-]\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?P<percent>%?)\s*$")
-
-
-def parse_prediction(text: str, metric: str) -> str:
-    """ "val_bpb -0.01", "val loss -0.01", "-0.01" or "-1%": the expected change of the metric
-    (its name may be left out, and may hold spaces), stored as "<metric> <change>" beside the
-    outcome (the report tallies how often the sign was right)."""
-    change = PREDICTED_CHANGE.search(text)
-    named = text[: change.start()].strip() if change else ""
-    if not change or (named and named != metric):
-        raise BadInput(
-            f'--predict {text!r}: give the expected change of {metric} with its sign: "-0.01", "+2%" or '
-            f'"{metric} -0.01"'
-        )
-    return f"{metric} {change[0].strip()}"
 
 
 def reopen(campaign: Campaign, ref: str, mode: str, **extra: Any) -> Experiment:
@@ -487,7 +468,9 @@ def command_of(campaign: Campaign, experiment: Experiment) -> str:
     The fingerprint and the ledger's recipe keep the command as written: arguments are the
     hypothesis, not the setup."""
     s = campaign.settings
-    return knobs.with_args(experiment.command(s.command), experiment.args, s.args_style)
+    return knobs.with_args(
+        experiment.command(s.command), seeding.args_with_seed(campaign, experiment), s.args_style
+    )
 
 
 def shadowed_knobs(campaign: Campaign, experiment: Experiment) -> list[str]:
@@ -621,7 +604,8 @@ def plan_launch(
                    for (`--timeout`) and `remaining`, the time the campaign has left; a day if none
         log_path   the one a launch cut short holds (state.json said `queued`, with a log), else
                    runs/<launch>-<key>/run.log, or <launch>-<key>.log in the attempt's own log folder
-        env        ARS_CAMPAIGN, ARS_EXPERIMENT, ARS_SLOT, PYTHONUNBUFFERED, the attempt's own, and
+        env        ARS_CAMPAIGN, ARS_EXPERIMENT, ARS_SLOT, PYTHONUNBUFFERED, ARS_OUTPUT_DIR (and its
+                   alias AR_MODEL_DIR: the run's outputs folder, `outputs_of`), the attempt's own, and
                    CUDA_VISIBLE_DEVICES of its devices when the pool pins them
         resources  what a cluster is asked for: partition, mem, cpus, and the GPUs it places the run on
 
@@ -638,11 +622,15 @@ def plan_launch(
         log_path = Path(own.log_dir) / f"{name}.log"
     else:
         log_path = campaign.folder / "runs" / name / "run.log"
+    output_dir = str(outputs_of(log_path).absolute())
     env = {
         "ARS_CAMPAIGN": s.name,
         "ARS_EXPERIMENT": experiment.key,
         "ARS_SLOT": str(slot),
         "PYTHONUNBUFFERED": "1",
+        "ARS_OUTPUT_DIR": output_dir,
+        "AR_MODEL_DIR": output_dir,  # autoresearch-rl's name for it: its training scripts run unchanged
+        **({"ARS_SEED": str(experiment.seed)} if experiment.seed is not None else {}),
         **own.env,
     }
     pool = s.pool()
@@ -670,6 +658,9 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     fresh = not experiment.log_path  # else a launch interrupted before state.json said `running`
     if fresh:
         state.launches += 1
+        experiment.seed = seeding.seed_for(
+            campaign, state, experiment, gitflow.head_commit(experiment.worktree)
+        )
     spec = plan_launch(
         campaign, experiment, grant, launch=state.launches, remaining=verdict.remaining_seconds
     )
@@ -684,7 +675,12 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     run_file = state_path_for(spec.log_path)
     # A launcher record without a `running` phase: the process that launched it died before
     # saving state.json. Adopt that run rather than start the same attempt twice.
-    run = Run.load(run_file) if run_file.exists() else launcher_for(campaign).start(spec)
+    if run_file.exists():
+        run = Run.load(run_file)
+    else:
+        seeding.write_seed(campaign, experiment)
+        _note_untracked(campaign, experiment, spec.log_path)
+        run = launcher_for(campaign).start(spec)
     experiment.fingerprint = experiment.fingerprint or judging.fingerprint_of(campaign, experiment)
     experiment.phase, experiment.commit, experiment.run = (
         Phase.RUNNING,
@@ -700,6 +696,45 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
         f"run started: {experiment.branch} ({limit}, log {spec.log_path})",
         campaign.repo,
     )
+
+
+def outputs_of(log_path: Path) -> Path:
+    """A run's outputs folder: `outputs/` beside its `run.log`, or `<name>.outputs/` beside a log in an
+    attempt's own log folder (a blueprint's)."""
+    if log_path.name == "run.log":
+        return log_path.parent / "outputs"
+    return log_path.with_name(f"{log_path.stem}.outputs")
+
+
+def _untracked_before(log_path: Path) -> Path:
+    """Where what the checkout held untracked before the run is listed (runoutputs.snapshot)."""
+    return outputs_of(log_path).with_name(f"{outputs_of(log_path).name}.before.json")
+
+
+def _note_untracked(campaign: Campaign, experiment: Experiment, log_path: Path) -> None:
+    """Make the run's outputs folder and list what its checkout holds untracked now: what the run
+    adds or changes is its output (`collect_outputs`). A launch retried keeps its first list."""
+    outputs_of(log_path).mkdir(parents=True, exist_ok=True)
+    if not _untracked_before(log_path).exists():
+        runoutputs.snapshot(experiment.worktree, _untracked_before(log_path), skip=(campaign.folder,))
+
+
+def collect_outputs(campaign: Campaign, experiment: Experiment) -> str:
+    """Move what the finished run wrote in its checkout into its outputs folder; returns that
+    folder as the ledger names it (relative to the repository), or "" when the run left nothing."""
+    if experiment.run is None or not experiment.log_path or not experiment.workdir:
+        return ""
+    log_path = Path(experiment.log_path)
+    folder = outputs_of(log_path)
+    runoutputs.collect(experiment.worktree, _untracked_before(log_path), folder, skip=(campaign.folder,))
+    if not folder.is_dir():
+        return ""
+    if not any(folder.iterdir()):
+        folder.rmdir()
+        return ""
+    with contextlib.suppress(ValueError):
+        return str(folder.absolute().relative_to(campaign.repo.absolute()))
+    return str(folder.absolute())
 
 
 def relaunch(campaign: Campaign, key: str, why: str) -> Experiment:
@@ -792,6 +827,12 @@ def record(
         close_old_sessions(campaign)
     except (OSError, subprocess.SubprocessError) as err:  # housekeeping never fails a recorded attempt
         notices.warn(f"warning: could not close old tmux sessions: {err}")
+    try:
+        kept_outputs.retain(campaign)
+    except OSError as err:
+        notices.warn(
+            f"warning: could not delete outputs `keep_outputs: {campaign.settings.keep_outputs}` drops: {err}"
+        )
     return row
 
 
@@ -832,7 +873,9 @@ def _record(
     else:
         experiment.row_at = len(rows)  # where this attempt's row goes (appends hold the lock)
         campaign.state.save(state)
-        row = _append_row(campaign, experiment, result, status, cause, reason or "")
+        seeding.unwrite_seed(campaign, experiment)  # a run's seed is never committed
+        outputs = collect_outputs(campaign, experiment)  # before the row: a kill here collects again
+        row = _append_row(campaign, experiment, result, status, cause, reason or "", outputs)
     # The row is durable before any branch moves (ratchet) or the state forgets the run.
     if (
         campaign.settings.strategy == "ratchet"
@@ -856,6 +899,7 @@ def _append_row(
     status: Status,
     cause: CrashCause | None,
     reason: str,
+    outputs: str,
 ) -> Row:
     from autoresearch_skills import ledger
 
@@ -902,5 +946,8 @@ def _append_row(
             cause=cause,
             reason=reason,
             mode=(experiment.proposal or {}).get("mode") or "",  # the loop's proposal, as state.json holds it
+            seed="" if experiment.seed is None else str(experiment.seed),
+            holdout="" if result.holdout is None else f"{result.holdout:.6f}",
+            outputs=outputs,
         ),
     )

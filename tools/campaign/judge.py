@@ -76,7 +76,20 @@ def judge(campaign: Campaign, experiment: Experiment, run_state: State) -> Resul
         exit_code=run_state.exit_code, state=run_state.name, ended_at=ended_at,
         elapsed_min=round(max(0.0, elapsed) / 60, 2), decision=decided, noise=noise_fields,
         steps=steps, throughput=throughput, throughput_key=throughput_key, flags=flags,
+        holdout=holdout_value(s, log_path),
     )  # fmt: skip
+
+
+def holdout_value(s: Settings, log_path: str | Path) -> float | None:
+    """The held-out metric the run printed (`holdout:` by name, or `holdout_pattern:`), or None. It is
+    recorded beside the metric and never decides anything."""
+    if not (s.holdout or s.holdout_pattern):
+        return None
+    try:
+        samples = metrics.extract(log_path, s.preset, s.holdout, pattern=s.holdout_pattern)
+    except (BadInput, OSError):
+        return None
+    return samples[-1].value if samples else None
 
 
 def vanished(experiment: Experiment, run_state: State) -> str | None:

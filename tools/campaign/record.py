@@ -97,6 +97,7 @@ class Result:
     throughput_key: str | None = None
     flags: list[str] = field(default_factory=list)
     cause: CrashCause | None = None  # why it has no metric (crash, timeout, cancelled)
+    holdout: float | None = None  # the held-out metric (`holdout:`): recorded, never decided on
     unknown: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     def __post_init__(self) -> None:  # state.json holds them as text
@@ -145,6 +146,7 @@ class Experiment:
     requested_timeout: float | None = None
     forced: bool = False  # asked to run past a met stop condition
     log_path: str | None = None
+    seed: int | None = None  # the seed this run is given (`seed:` names the knob)
     slot: int | None = None
     devices: list[int] = field(default_factory=list)
     gpus: int | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoresearch_skills import gitflow
-from autoresearch_skills.campaign import noise
+from autoresearch_skills.campaign import noise, outputs
 from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now, parse_iso
@@ -67,7 +67,15 @@ def status_facts(campaign: Campaign) -> dict:
         "open": [f["key"] for f in in_flight if f["phase"] in ("opening", "open")],
         "queue": [f["key"] for f in in_flight if f["phase"] == "queued"],
         "pending_decision": _result_facts(decide[0]) if decide else None,
+        "outputs": outputs.usage(campaign),
+        "best_outputs": _best_outputs(campaign, rows),
     }
+
+
+def _best_outputs(campaign: Campaign, rows: list[Row]) -> str | None:
+    """`weights: reports/.../runs/010-x/outputs/out/ckpt.pt (1.2 MB)`, or None when the best kept none."""
+    kept = outputs.best_outputs(campaign, rows)
+    return outputs.weights_line(campaign, kept) if kept else None
 
 
 def _describe_row(row: Row, metric: str) -> str:

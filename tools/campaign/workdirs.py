@@ -1,11 +1,11 @@
-"""Where an experiment is checked out: in the user's checkout, or in a worktree of the campaign's.
+"""Where an experiment is checked out: in a worktree of the campaign's, or in the user's checkout.
 
-The first experiment of a serial campaign (`parallel: 1`) runs in the user's checkout when no
-tracked file is modified there; every other experiment gets a git worktree under the campaign
-folder (`worktrees/wt-<n>`), reused by the next experiment once its row is written. Which
-worktree is held is read from the in-flight records, never kept apart, so a crash cannot leak
-one. The user's uncommitted changes are never touched: with `worktrees: off` and a dirty tree,
-experiments are refused before anything is created.
+Every experiment gets a git worktree under the campaign folder (`worktrees/wt-<n>`), reused by the
+next experiment once its row is written, so nothing a run writes (a checkpoint where the user keeps
+their own) lands in the user's checkout, and what it writes is moved into its run folder
+(runoutputs.py). Only `worktrees: off` runs in the user's checkout, one experiment at a time, and
+refuses a tree with uncommitted changes before anything is created. Which worktree is held is read
+from the in-flight records, never kept apart, so a crash cannot leak one.
 
 A worktree holds tracked files only: the ignored files a run needs (prepared data, `.env`,
 tokenizers) reach it from `.worktreeinclude` and `worktree_include:` (worktreeinclude.py: cloned,
@@ -91,12 +91,11 @@ def carry_included(campaign: Campaign, worktree: Path) -> list[worktreeinclude.C
 
 
 def _in_place_allowed(campaign: Campaign, state: CampaignState, key: str) -> bool:
-    s = campaign.settings
-    if s.worktrees == "always" or s.pool().parallel > 1:
+    """Only `worktrees: off` runs in the user's checkout: a run there writes where the code writes
+    (a checkpoint of the user's), so every other campaign runs in worktrees of its own."""
+    if campaign.settings.worktrees != "off":
         return False
-    if state.holding(campaign.repo, but=key):
-        return False
-    return not gitflow.tree_state(campaign.repo).dirty_tracked
+    return not state.holding(campaign.repo, but=key)
 
 
 def _free_worktree(campaign: Campaign, state: CampaignState, key: str) -> Path | None:
