@@ -158,9 +158,13 @@ class Row:
             values["description"] = self.text()
         return "\t".join(escape(values[c]) for c in columns) + "\n"
 
-    def to_dict(self) -> dict:
-        """The columns as JSON values: numbers as numbers, status and cause as their text."""
-        return {**asdict(self), "status": str(self.status), "cause": str(self.cause or "")}
+    def to_dict(self, holdout: bool = True) -> dict:
+        """The columns as JSON values: numbers as numbers, status and cause as their text. Without
+        `holdout` for whoever proposes or decides: the held-out value must not steer the search."""
+        values = {**asdict(self), "status": str(self.status), "cause": str(self.cause or "")}
+        if not holdout:
+            del values["holdout"]
+        return values
 
 
 class LedgerError(BadInput):

@@ -182,6 +182,9 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
             click.echo(f"in_flight: {item['line']}")
         if not facts["in_flight"]:
             click.echo("in_flight: -")
+        click.echo(facts["outputs"])
+        if facts["best_outputs"]:
+            click.echo(facts["best_outputs"])
         if facts["queue"]:
             click.echo(f"queue: {', '.join(facts['queue'])}")
         if facts.get("paused"):

@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from autoresearch_skills import knobs, notices
-from autoresearch_skills.campaign import experiment, noise, prediction, scheduler
+from autoresearch_skills import knobs, notices, runoutputs
+from autoresearch_skills.campaign import experiment, noise, outputs, prediction, scheduler
 from autoresearch_skills.campaign.experiment import select, settled_state
 from autoresearch_skills.campaign.finish import finished, wrap_up
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
@@ -687,6 +687,50 @@ def mark_cmd(status: str, slug: str | None, reason: str, ref: str | None) -> Non
     click.echo(f"ledger: row {row.index} {status} in {campaign.ledger}")
     _wrap_up_if_over(campaign)
     click.echo(campaign.verdict().line)
+
+
+@cli.command("outputs")
+@click.argument("name")
+@campaign_option
+@click.option("--json", "as_json", is_flag=True, help="each run's folder and files as data")
+def outputs_cmd(name: str, ref: str | None, as_json: bool) -> None:
+    """What an experiment's runs left: each run's outputs folder and its files, largest first.
+
+    NAME is a slug, a branch or a ledger row (`#3`); every run of its commit is listed (reruns too).
+    A run whose outputs `keep_outputs:` dropped says so. Exit 0; 2 when no such experiment.
+
+    \b
+    Examples:
+      ars exp outputs accum2-lr-6x
+      ars exp outputs '#10' --json
+    """
+    campaign = find(ref)
+    rows = campaign.rows()
+    chosen = experiment.row_for(campaign, rows, name)
+    runs = [r for r in rows if (r.commit and r.commit == chosen.commit) or r.index == chosen.index]
+    listed = []
+    for row in runs:
+        folder = outputs.folder_of(campaign, row)
+        files = runoutputs.largest(folder, n=10_000) if folder else []
+        listed.append({
+            "index": row.index,
+            "status": str(row.status),
+            "seed": row.seed or None,
+            "outputs": str(folder) if folder else None,
+            "dropped": bool(row.outputs) and folder is None,
+            "files": [{"path": str(p.relative_to(folder)), "bytes": size} for p, size in files] if folder else [],
+        })  # fmt: skip
+    if as_json:
+        click.echo(json.dumps({"experiment": chosen.branch, "runs": listed}, indent=2))
+        return
+    click.echo(f"experiment: {chosen.branch}")
+    for run in listed:
+        where = run["outputs"] or (
+            "dropped (keep_outputs)" if run["dropped"] else "none: the run wrote no file"
+        )
+        click.echo(f"#{run['index']} {run['status']}: {where}")
+        for f in run["files"]:
+            click.echo(f"  {f['path']}  {runoutputs.human_size(f['bytes'])}")
 
 
 __all__ = ["StopConditionMet", "cli"]

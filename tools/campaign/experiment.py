@@ -210,7 +210,7 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra: Any) -> Experiment:
     (a blueprint's run settings for this attempt)."""
     with transaction(campaign) as state:
         rows = campaign.rows()
-        row = _row_for(campaign, rows, ref)
+        row = row_for(campaign, rows, ref)
         slug = row.branch.rsplit("/", 1)[-1]
         closed = state.closed.get(slug)
         if mode == "retry":
@@ -293,7 +293,8 @@ def recorded_args(repo: Path, parent: str, commit: str) -> dict:
     return {}
 
 
-def _row_for(campaign: Campaign, rows: list[Row], ref: str) -> Row:
+def row_for(campaign: Campaign, rows: list[Row], ref: str) -> Row:
+    """The row `ref` names: `#3`, or a slug or branch (its latest finished first run, else its latest row)."""
     if ref.startswith("#") and ref[1:].isdigit():
         index = int(ref[1:])
         found = [r for r in rows if r.index == index]
@@ -716,7 +717,14 @@ def _note_untracked(campaign: Campaign, experiment: Experiment, log_path: Path) 
     adds or changes is its output (`collect_outputs`). A launch retried keeps its first list."""
     outputs_of(log_path).mkdir(parents=True, exist_ok=True)
     if not _untracked_before(log_path).exists():
-        runoutputs.snapshot(experiment.worktree, _untracked_before(log_path), skip=(campaign.folder,))
+        runoutputs.snapshot(
+            experiment.worktree, _untracked_before(log_path), skip=_ours(campaign, experiment)
+        )
+
+
+def _ours(campaign: Campaign, experiment: Experiment) -> tuple[Path, ...]:
+    """The campaigns folder, when the run's checkout holds it (`worktrees: off`): never an output."""
+    return (campaign.folder.parent,) if experiment.worktree.absolute() == campaign.repo.absolute() else ()
 
 
 def collect_outputs(campaign: Campaign, experiment: Experiment) -> str:
@@ -726,7 +734,9 @@ def collect_outputs(campaign: Campaign, experiment: Experiment) -> str:
         return ""
     log_path = Path(experiment.log_path)
     folder = outputs_of(log_path)
-    runoutputs.collect(experiment.worktree, _untracked_before(log_path), folder, skip=(campaign.folder,))
+    runoutputs.collect(
+        experiment.worktree, _untracked_before(log_path), folder, skip=_ours(campaign, experiment)
+    )
     if not folder.is_dir():
         return ""
     if not any(folder.iterdir()):

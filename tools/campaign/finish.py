@@ -9,7 +9,8 @@
   `keep_sessions_at_end`;
 - the session memory's current subtask is closed with the verdict;
 - the lines say where the best result lives (`git checkout <branch>` to use it, and the command it
-  ran when its knobs are on the command line).
+  ran when its knobs are on the command line), where its weights are (`weights:` the largest file
+  of its outputs folder) and, with `holdout:`, both numbers for the baseline and the best.
 Each step is safe to repeat: `ars campaign finish` may be called again at any time.
 """
 
@@ -18,10 +19,11 @@ from __future__ import annotations
 import subprocess
 
 from autoresearch_skills import gitflow, knobs
-from autoresearch_skills.campaign import noise
+from autoresearch_skills.campaign import holdout, noise, outputs
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import remove_worktrees
 from autoresearch_skills.launch.base import FINISHED, Run, state_path_for
+from autoresearch_skills.ledger import Row
 from autoresearch_skills.session_record import close_subtask
 
 
@@ -50,7 +52,24 @@ def wrap_up(campaign: Campaign) -> list[str]:
         else:
             alone = " (one run: no rerun confirmed it)" if best.n == 1 else ""
         lines.append(f"best: {best.describe(campaign.settings.metric)}{alone} ({how_to_use(campaign, best)})")
+        lines += the_result(campaign, rows, best)
     close_subtask(campaign.repo, campaign.verdict().line)
+    return lines
+
+
+def the_result(campaign: Campaign, rows: list[Row], best: noise.Best) -> list[str]:
+    """What the best left: its weights (the largest file of its outputs folder) and, with a held-out
+    check, both numbers for the baseline and the best."""
+    lines = []
+    kept = outputs.best_outputs(campaign, rows)
+    if kept is not None:
+        lines.append(outputs.weights_line(campaign, kept))
+    try:
+        compared = holdout.comparison(campaign, rows, best)
+    except (OSError, gitflow.GitError) as err:  # a held-out command that cannot start never fails the end
+        compared = f"held-out: the held-out command could not run: {err}"
+    if compared:
+        lines.append(compared)
     return lines
 
 

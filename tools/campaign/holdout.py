@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,15 +62,15 @@ def comparison(campaign: Campaign, rows: list[Row], best: noise.Best) -> str | N
         return None
     baseline_rows = [r for r in rows if _is_baseline(r) and r.status.is_finished()]
     best_rows = [r for r in rows if r.index in best.indexes]
-    if not baseline_rows or not best_rows:
-        return None
+    if not baseline_rows or not best_rows or set(best.indexes) & {r.index for r in baseline_rows}:
+        return None  # no baseline, or the baseline is the best: nothing to compare
     label = s.holdout or "held-out"
     if s.holdout_command:
         values = run_commands(campaign, [baseline_rows[-1], best_rows[-1]])
         held = [values.get(baseline_rows[-1].index), values.get(best_rows[-1].index)]
     else:
         held = [_mean(r.holdout for r in baseline_rows), _mean(r.holdout for r in best_rows)]
-    tuned = Pair(s.metric, _mean(str(r.metric_value) for r in baseline_rows) or 0.0, best.mean)
+    tuned = Pair(s.metric, _mean(r.metric_value for r in baseline_rows) or 0.0, best.mean)
     if held[0] is None or held[1] is None:
         return f"held-out: {tuned.line()}; {label}: not printed by both the baseline and the best"
     check = Pair(label, held[0], held[1])
@@ -147,9 +148,10 @@ def _is_baseline(row: Row) -> bool:
     return row.branch.rsplit("/", 1)[-1] == BASELINE
 
 
-def _mean(values: object) -> float | None:
+def _mean(values: Iterable[str | float]) -> float | None:
+    """The mean of the values that are numbers (a row's optional column is "" when unknown)."""
     numbers = []
-    for v in values:  # type: ignore[attr-defined]
+    for v in values:
         try:
             numbers.append(float(v))
         except (TypeError, ValueError):

@@ -489,7 +489,7 @@ class Loop:
             "program": program.read_text() if program.exists() else "",
             "mutable_files": mutable,
             "frozen_files": self.frozen,
-            "ledger": [r.to_dict() for r in rows],
+            "ledger": [r.to_dict(holdout=False) for r in rows],  # the held-out value never steers
             "in_flight": in_flight,
             "free_slots": max(1, self.free_slots()),
             "parent_commit": start,

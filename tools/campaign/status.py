@@ -58,7 +58,7 @@ def status_facts(campaign: Campaign) -> dict:
         if verdict.remaining_seconds is not None
         else None,
         "best": best.describe(s.metric) if best else None,
-        "best_row": best.to_dict() if best else None,
+        "best_row": _without_holdout(best.to_dict()) if best else None,
         "latest": _describe_row(latest, s.metric) if latest else None,
         "current_branch": branch,
         "pool": s.pool().describe(),
@@ -70,6 +70,11 @@ def status_facts(campaign: Campaign) -> dict:
         "outputs": outputs.usage(campaign),
         "best_outputs": _best_outputs(campaign, rows),
     }
+
+
+def _without_holdout(row: dict) -> dict:
+    """The held-out value is shown at the end and in the report, never where the next idea is chosen."""
+    return {k: v for k, v in row.items() if k != "holdout"}
 
 
 def _best_outputs(campaign: Campaign, rows: list[Row]) -> str | None:
