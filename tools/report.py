@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
-from autoresearch_skills.campaign import lineage, noise, prediction
+from autoresearch_skills.campaign import holdout, lineage, noise, outputs, prediction
 from autoresearch_skills.clock import parse_iso
 from autoresearch_skills.errors import Refused, is_refusal, run_cli
 from autoresearch_skills.ledger import Row
@@ -587,6 +587,7 @@ def render_markdown(
         "",
     ]
     lines += result_section(st, s.metric, s.direction)
+    lines += what_it_left(campaign, rows)
     lines += [f"![progress]({chart_name})", ""]
     if timeline_name:
         lines += [
@@ -667,6 +668,19 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
             "",
         ]
     return lines
+
+
+def what_it_left(campaign: Campaign, rows: list[Row]) -> list[str]:
+    """The best's weights (its outputs folder's largest file) and the held-out comparison, as the end
+    of the campaign said them; the report runs no held-out command itself."""
+    best = noise.best(rows, campaign.settings.direction)
+    if best is None:
+        return []
+    kept = outputs.best_outputs(campaign, rows)
+    said = [outputs.weights_line(campaign, kept)] if kept else []
+    compared = holdout.comparison(campaign, rows, best, run=False)
+    said += [compared] if compared else []
+    return [*(f"- {line}" for line in said), ""] if said else []
 
 
 def attempt_table(

@@ -21,6 +21,7 @@ a command is checked for its executables and scripts, not run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -172,6 +173,7 @@ def validation_of(data: dict, cwd: Path, result: Validation, needs_policy: bool 
             _check_command(data["command"], repo, f"{where}: command", result)
         _check_metric_printed(data, repo, where, result)
         _check_worktree_data(data, repo, where, result)
+        _check_seed(data, repo, where, result)
     _check_launcher(data, where, result)
     _check_metric_source(data, where, result)
     _check_watch(data, where, result)
@@ -554,6 +556,32 @@ def _check_worktree_data(data: dict, repo: Path, where: str, result: Validation)
             f"ignored files ({shown}): list the ones a run needs (prepared data, .env, tokenizers) in "
             f"{worktreeinclude.INCLUDE_FILE}, in gitignore syntax, e.g. `{inputs[0]}`"
         )
+
+
+def _check_seed(data: dict, repo: Path, where: str, result: Validation) -> None:
+    """Say where `seed:` goes: the file that holds it, or the command line when no mutable file does."""
+    seed = data.get("seed")
+    if not isinstance(seed, str) or not seed.strip() or seed.startswith("-"):
+        return
+    result.checked.append("seed knob")
+    policy = data.get("policy") if isinstance(data.get("policy"), dict) else {}
+    named = [seed.split(":", 1)[0]] if ":" in seed else []
+    paths = named or [*(data.get("mutable") or []), *(policy.get("mutable") or [])]
+    files = {}
+    for rel in dict.fromkeys(str(p) for p in paths):
+        with contextlib.suppress(OSError):
+            files[rel] = (repo / rel).read_text()
+    try:
+        knobs.locate(seed, files)
+    except knobs.KnobError as err:
+        if named:
+            result.problems.append(f"{where}: seed: {err}")
+        else:
+            result.warnings.append(
+                f"{where}: seed: no mutable file holds `{seed}`, so repeats pass it on the command line "
+                f"({knobs.shell_join(knobs.render_args({seed: 1}, str(data.get('args_style') or 'flags')))}); "
+                "name the file as `path:name` if it lives in a config"
+            )
 
 
 def _run_output(path: str) -> bool:

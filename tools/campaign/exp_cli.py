@@ -728,7 +728,8 @@ def outputs_cmd(name: str, ref: str | None, as_json: bool) -> None:
         where = run["outputs"] or (
             "dropped (keep_outputs)" if run["dropped"] else "none: the run wrote no file"
         )
-        click.echo(f"#{run['index']} {run['status']}: {where}")
+        seed = f" (seed {run['seed']})" if run["seed"] else ""
+        click.echo(f"#{run['index']} {run['status']}{seed}: {where}")
         for f in run["files"]:
             click.echo(f"  {f['path']}  {runoutputs.human_size(f['bytes'])}")
 

@@ -54,9 +54,10 @@ class Pair:
         return f"{self.label} {self.change:+.1%} ({self.baseline:.6f} -> {self.best:.6f})"
 
 
-def comparison(campaign: Campaign, rows: list[Row], best: noise.Best) -> str | None:
+def comparison(campaign: Campaign, rows: list[Row], best: noise.Best, run: bool = True) -> str | None:
     """`held-out: val_bpb -9.7% (...); test loss -6.1% (...); gap 3.6 points`: the metric and the
-    held-out metric, baseline against best, or None without a held-out value for both."""
+    held-out metric, baseline against best, or None without a held-out check. `run`: False reads
+    only what `holdout_command` gave before (the report runs nothing)."""
     s = campaign.settings
     if not (s.holdout or s.holdout_pattern or s.holdout_command):
         return None
@@ -66,7 +67,7 @@ def comparison(campaign: Campaign, rows: list[Row], best: noise.Best) -> str | N
         return None  # no baseline, or the baseline is the best: nothing to compare
     label = s.holdout or "held-out"
     if s.holdout_command:
-        values = run_commands(campaign, [baseline_rows[-1], best_rows[-1]])
+        values = run_commands(campaign, [baseline_rows[-1], best_rows[-1]] if run else [])
         held = [values.get(baseline_rows[-1].index), values.get(best_rows[-1].index)]
     else:
         held = [_mean(r.holdout for r in baseline_rows), _mean(r.holdout for r in best_rows)]
