@@ -564,7 +564,7 @@ def _check_seed(data: dict, repo: Path, where: str, result: Validation) -> None:
     if not isinstance(seed, str) or not seed.strip() or seed.startswith("-"):
         return
     result.checked.append("seed knob")
-    policy = data.get("policy") if isinstance(data.get("policy"), dict) else {}
+    policy = data["policy"] if isinstance(data.get("policy"), dict) else {}
     named = [seed.split(":", 1)[0]] if ":" in seed else []
     paths = named or [*(data.get("mutable") or []), *(policy.get("mutable") or [])]
     files = {}
