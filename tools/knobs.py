@@ -402,6 +402,8 @@ def _float_like(value: float, old_text: str) -> str | None:
     if written is None or not math.isfinite(value) or value == 0:
         return None
     sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    if not isinstance(exponent, int):  # NaN or infinity: refused above, named here for the reader
+        return None
     power = exponent + len(digits) - 1
     if power == 0:
         return None
@@ -558,7 +560,8 @@ def _yaml_span(text: str, name: str, filename: str) -> tuple[int, int, str | Non
         if text[after : after + 1] in (" ", "\t"):
             return after + 1, after + 1, None, ""
         return after, after, None, " "
-    properties = re.match(r"(?:[&!]\S*\s+)*", text[start:end])[0]
+    tags = re.match(r"(?:[&!]\S*\s+)*", text[start:end])
+    properties = tags[0] if tags else ""  # the pattern matches the empty string: always a match
     end = start + len(_without_trailing_comments(text[start:end]))
     lead = " ".join(properties.split()) + " " if properties else ""
     if after is not None and "\n" in text[after:start]:  # a block value starts on the next line
@@ -761,7 +764,10 @@ def _py_span(text: str, node: ast.expr) -> tuple[int, int]:
         begin = starts[line - 1]
         return begin + len(text[begin:].encode()[:column].decode())
 
-    return offset(node.lineno, node.col_offset), offset(node.end_lineno, node.end_col_offset)
+    end_line, end_column = node.end_lineno, node.end_col_offset
+    if end_line is None or end_column is None:  # ast.parse sets both on every expression
+        raise KnobError("the Python file's syntax tree has no end position for this value")
+    return offset(node.lineno, node.col_offset), offset(end_line, end_column)
 
 
 def _py_literal(value: Any, old_source: str, old: Any, name: str, filename: str) -> str:
