@@ -12,12 +12,26 @@ plus Gaussian noise of known sigma, printed at the kind's resolution. The kinds 
                     often far too small
 The noise-aware rules run exactly what the tool runs: `noise.next_action` says which rerun the
 campaign owes (baseline repeats, confirmations, reruns of a new best) and `noise.assess` decides
-every run from the ledger rows so far.
+every run from the ledger rows so far. Repeats of these kinds vary, so the rules run as a campaign
+with `seed:` runs them (`Policy.seeded`: repeats that agree are evidence of no noise).
 
 Prints the false-keep rate (null changes kept) per kind of campaign, the true-keep rate per
 effect size and the runs each rule spends, with the extra runs per campaign and what they were
 for. Goals: at most 2% false keeps of the null changes in every kind of campaign, at least 95% of
-the 3-sigma gains kept; the last lines say whether each was met (exit 1 when one is missed).
+the 3-sigma gains kept; the `goal:` lines say whether each was met (exit 1 when one is missed).
+
+Then a fixed-seed target (nanoGPT's `torch.manual_seed(1337 + seed_offset)`): each commit's runs
+print one number, the true value plus its seed's draw of the same noise, so a change moves the
+number by a seed-like offset that reruns never see. Three ways to run it (`fixed_seed_*` lines):
+    before   identical repeats taken as evidence of no noise (the rule before `seeded` existed,
+             and still the rule under `seed:`): 4 baseline runs, then any difference counts
+    after    the default without `seed:`: the baseline stops at 2 runs, a better number is kept
+             without a claim that it exceeds seed-to-seed noise, no new best is rerun
+    seeded   `seed:` names the seed knob: repeats run with seeds 1, 2, 3 ... and measure the noise
+For each: baseline runs, runs, the changes kept per campaign and how many of those are within the
+seed noise the bench knows (null changes: their whole lead was their seed's draw), and the reasons
+that said "any difference counts". Last, the coarse metric's target without `seed:` (its repeats
+vary, but agree by chance often enough to look like a fixed seed).
 
     python bench/bench_noise.py [--campaigns 600] [--seed 1]
 """
@@ -29,7 +43,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autoresearch_skills import ledger
 from autoresearch_skills.campaign import noise
@@ -39,6 +53,7 @@ SIGMA = 0.008  # tiny-lm's run-to-run spread of val_bpb
 BASELINE = 1.0
 GOAL_FALSE_KEEPS = 0.02  # of the null changes, in every kind of campaign
 GOAL_TRUE_KEEPS_3SIGMA = 0.95
+CLAIM = "any difference counts"  # what a reason says when it takes identical repeats as no noise
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,7 @@ class Kind:
     nulls: int  # changes without a real effect
     gains: int  # real gains of `effect` sigma
     quantum: float = 0.0  # the printed metric's resolution, in sigma; 0: full precision
+    fixed_seed: bool = False  # the target seeds itself with a constant: see `Target`
 
     def changes(self) -> list[float]:
         return [0.0] * self.nulls + [self.effect] * self.gains
@@ -61,6 +77,8 @@ KINDS = (
     Kind("no gains", 0.0, 25, 0),
     Kind("coarse metric", 3.0, 20, 5, quantum=0.5),
 )
+FIXED_SEED = Kind("fixed seed", 3.0, 20, 5, fixed_seed=True)
+COARSE = KINDS[3]
 
 
 @dataclass
@@ -71,6 +89,7 @@ class Tally:
     changes: int = 0  # baseline + changes: the runs the old rule spends
     campaigns: int = 0
     extra: dict = field(default_factory=dict)  # why each extra run was spent -> count
+    claims: int = 0  # changes kept with a reason that calls any difference real (CLAIM)
 
     def count(self, kind: Kind, effect: float, kept: bool) -> None:
         table, key = (self.nulls, kind.name) if effect == 0 else (self.gains, effect)
@@ -88,6 +107,26 @@ def measure(rng: random.Random, truth: float, kind: Kind) -> float:
         step = kind.quantum * SIGMA
         value = round(value / step) * step
     return round(value, 6)  # as the ledger holds it
+
+
+class Target:
+    """What a run of a commit prints. A noisy kind draws new noise every run; a fixed-seed kind
+    draws it once per commit and seed (the seed's random stream through that configuration), so
+    repeats at one seed print one number, and only `seeds` (repeats run with seeds 1, 2, 3 ...:
+    `seed:` in campaign.yaml) shows the spread."""
+
+    def __init__(self, rng: random.Random, kind: Kind, seeds: bool) -> None:
+        self.rng, self.kind, self.seeds = rng, kind, seeds
+        self.draws: dict[tuple[str, int], float] = {}  # (commit, seed) -> its noise
+
+    def run(self, commit: str, truth: float, repeat: int) -> float:
+        """The metric of the `repeat`th run (0: the first) of `commit`, whose true value is `truth`."""
+        if not self.kind.fixed_seed:
+            return measure(self.rng, truth, self.kind)
+        seed = repeat if self.seeds else 0
+        if (commit, seed) not in self.draws:
+            self.draws[commit, seed] = self.rng.gauss(0, SIGMA)
+        return round(truth + self.draws[commit, seed], 6)
 
 
 def old_campaign(rng: random.Random, kind: Kind, changes: list[float], tally: Tally) -> None:
@@ -110,19 +149,28 @@ def old_campaign(rng: random.Random, kind: Kind, changes: list[float], tally: Ta
 
 
 def new_campaign(
-    rng: random.Random, kind: Kind, changes: list[float], tally: Tally, policy: noise.Policy
+    rng: random.Random,
+    kind: Kind,
+    changes: list[float],
+    tally: Tally,
+    policy: noise.Policy,
+    seeds: bool = False,
 ) -> None:
-    """The tool's loop: owed reruns first (next_action), then the next change on the best."""
+    """The tool's loop: owed reruns first (next_action), then the next change on the best.
+    `seeds`: a fixed-seed target's repeats run with different seeds (what `seed:` does)."""
     rows: list[Row] = []
     truth = {"base": BASELINE}
     pending = list(enumerate(changes, start=1))
     effects: dict[str, float] = {}
+    target = Target(rng, kind, seeds)
 
     def record(commit: str, rerun_of: int | None = None) -> None:
-        value = measure(rng, truth[commit], kind)
+        value = target.run(commit, truth[commit], sum(r.commit == commit for r in rows))
         decision = noise.assess(rows, value, "min", rerun_of=rerun_of, policy=policy)
         fields = decision.ledger_fields()
         rows.append(_row(len(rows), commit, value, fields["status"], rerun_of, fields["flags"]))
+        if decision.status == "keep" and CLAIM in decision.reason:
+            tally.claims += 1
 
     record("base")
     while True:
@@ -168,12 +216,23 @@ def _rate(won: int, tried: int) -> str:
     return f"{100 * p:5.1f}% +- {100 * half:.1f}  ({won} of {tried})"
 
 
+SEEDED = replace(noise.DEFAULT_POLICY, seeded=True)  # the default, with `seed:` in campaign.yaml
 RULES = {
     "old": None,  # keep when better, one run per change
     # the simplest noise-aware rule: keep at 2 sigma, else one confirmation rerun; best run twice
-    "once": noise.Policy(margin=2.0, clear=2.0, floor=0.0, floor_step=0.0, max_runs=2, best_runs=2),
-    "new": noise.DEFAULT_POLICY,
+    "once": noise.Policy(
+        margin=2.0, clear=2.0, floor=0.0, floor_step=0.0, max_runs=2, best_runs=2, seeded=True
+    ),
+    "new": SEEDED,
 }
+# the fixed-seed target's rules (see the module's docstring), and the rules whose repeats run with
+# different seeds; "before" reads identical repeats as the rule did before it knew the seed
+FIXED_SEED_RULES: dict[str, noise.Policy | None] = {
+    "before": SEEDED,
+    "after": noise.DEFAULT_POLICY,
+    "seeded": SEEDED,
+}
+SEEDS_APPLIED = frozenset({"seeded"})
 
 
 def describe(policy: noise.Policy) -> str:
@@ -186,10 +245,17 @@ def describe(policy: noise.Policy) -> str:
     )
 
 
-def run(campaigns: int, seed: int, rules: dict[str, noise.Policy | None]) -> dict[str, Tally]:
-    """Every rule on the same campaigns (same changes in the same order); each rule its own dice."""
+def run(
+    campaigns: int,
+    seed: int,
+    rules: dict[str, noise.Policy | None],
+    kinds: tuple[Kind, ...] = KINDS,
+    seeds: frozenset[str] = frozenset(),
+) -> dict[str, Tally]:
+    """Every rule on the same campaigns (same changes in the same order); each rule its own dice.
+    `seeds`: the rules whose repeats run with different seeds on a fixed-seed target."""
     tallies = {name: Tally() for name in rules}
-    for kind in KINDS:
+    for kind in kinds:
         for n in range(campaigns):
             changes = kind.changes()
             random.Random(f"{seed}-{kind.name}-{n}").shuffle(changes)
@@ -198,7 +264,7 @@ def run(campaigns: int, seed: int, rules: dict[str, noise.Policy | None]) -> dic
                 if policy is None:
                     old_campaign(rng, kind, changes, tallies[name])
                 else:
-                    new_campaign(rng, kind, changes, tallies[name], policy)
+                    new_campaign(rng, kind, changes, tallies[name], policy, seeds=name in seeds)
     return tallies
 
 
@@ -220,6 +286,22 @@ def report(name: str, tally: Tally) -> None:
     )
 
 
+def report_fixed_seed(name: str, tally: Tally) -> None:
+    per = tally.campaigns
+    nulls, nulls_kept = tally.nulls[FIXED_SEED.name]
+    gains, gains_kept = tally.gains[FIXED_SEED.effect]
+    lines = {
+        "baseline_runs": f"{1 + tally.extra.get('baseline repeats', 0) / per:.1f} per campaign",
+        "runs_per_campaign": f"{tally.runs / per:.1f}",
+        "kept_changes": f"{(nulls_kept + gains_kept) / per:.2f} per campaign, {nulls_kept / per:.2f} of them "
+        f"within the seed noise (null changes), {tally.claims / per:.2f} kept saying {CLAIM!r}",
+        "false_keeps": _rate(nulls_kept, nulls),
+        f"true_keeps_{FIXED_SEED.effect:g}sigma": _rate(gains_kept, gains),
+    }
+    for key, value in lines.items():
+        print(f"{f'fixed_seed_{name}_{key}:':37} {value}")
+
+
 def goals(tally: Tally) -> dict[str, bool]:
     worst = max(kept / tried for tried, kept in tally.nulls.values())
     tried, kept = tally.gains[3.0]
@@ -238,6 +320,8 @@ def main() -> int:
 
     began = time.perf_counter()
     tallies = run(args.campaigns, args.seed, RULES)
+    fixed = run(args.campaigns, args.seed, FIXED_SEED_RULES, (FIXED_SEED,), SEEDS_APPLIED)
+    unseeded = run(args.campaigns, args.seed, {"unseeded": noise.DEFAULT_POLICY}, (COARSE,))["unseeded"]
     elapsed = time.perf_counter() - began
 
     print(f"campaigns: {args.campaigns} of each kind; noise sigma {SIGMA}")
@@ -250,10 +334,18 @@ def main() -> int:
         print(f"rule_{name}: {describe(RULES[name])}")
     for name, tally in tallies.items():
         report(name, tally)
-    print(f"elapsed_s: {elapsed:.1f}")
     met = goals(tallies["new"])
     for goal, ok in met.items():
         print(f"goal: {goal}: {'met' if ok else 'MISSED'}")
+    print(
+        f"kind_fixed_seed:    a baseline, {FIXED_SEED.nulls} null changes, {FIXED_SEED.gains} real gains of "
+        f"{FIXED_SEED.effect:g} sigma; repeats of a commit print one number (its seed's draw)"
+    )
+    for name, tally in fixed.items():
+        report_fixed_seed(name, tally)
+    tried, kept = unseeded.nulls[COARSE.name]
+    print(f"coarse_metric_without_seed_false_keeps: {_rate(kept, tried)}")
+    print(f"elapsed_s: {elapsed:.1f}")
     return 0 if all(met.values()) else 1
 
 

@@ -405,7 +405,7 @@ def test_values_outside_the_space_repeats_and_no_ops_are_refused(repo: Path, mod
         policy = make_policy(PolicySettings.from_mapping({**config, "space": space}), set())
         context = fake_context(repo)
         context["ledger"] = [
-            {"index": 2, "branch": "a/higher", "status": "keep", "description": "set LR=0.02: up"}
+            {"index": 2, "branch": "a/higher", "status": "keep", "description": "up", "knobs": '{"LR": 0.02}'}
         ]
         # a run in flight is known by its proposal's values, whatever its description says
         context["in_flight"] = [

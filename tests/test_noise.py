@@ -204,9 +204,18 @@ def test_without_a_noise_estimate_decisions_are_as_before_and_say_so():
     assert noise.decide([0.5], None, None, "min").reason == "first result"
 
 
-def test_identical_runs_mean_no_noise_so_any_difference_counts():
-    decision = noise.decide([0.9978], best([0.9979, 0.9979]), 0.0, "min")
+def test_identical_runs_under_different_seeds_mean_no_noise_so_any_difference_counts():
+    decision = noise.decide([0.9978], best([0.9979, 0.9979]), 0.0, "min", policy=Policy(seeded=True))
     assert decision.status == "keep" and "identical values" in decision.reason
+
+
+def test_identical_runs_at_a_fixed_seed_keep_the_better_number_without_calling_it_beyond_noise():
+    decision = noise.decide([0.9978], best([0.9979, 0.9979]), 0.0, "min")
+    assert (decision.status, decision.margin_sigma) == ("keep", None)
+    assert (
+        "not shown to exceed seed-to-seed noise" in decision.reason and noise.DETERMINISTIC in decision.reason
+    )
+    assert "any difference counts" not in decision.reason
 
 
 def test_ties_follow_keep_ties_and_say_within_noise():

@@ -49,9 +49,15 @@ def rows(repo: Path) -> list[ledger.Row]:
     return ledger.read(repo / "reports/auto_research/n/results.tsv")
 
 
+def start(repo: Path, env: dict, *args: str) -> Path:
+    """`ars exp start ARGS`; the workdir it prints, where the experiment's files are edited."""
+    out = ars(repo, "exp", "start", *args, env=env).stdout
+    return Path(out.split("workdir: ")[1].splitlines()[0])
+
+
 def hypothesis(repo: Path, env: dict) -> str:
-    ars(repo, "exp", "start", "idea", "-m", "an idea", env=env)
-    (repo / "train.py").write_text(TRAIN.replace("IDEA = 0", "IDEA = 1"))
+    workdir = start(repo, env, "idea", "-m", "an idea")
+    (workdir / "train.py").write_text(TRAIN.replace("IDEA = 0", "IDEA = 1"))
     return ars(repo, "exp", "run", env=env).stdout
 
 
@@ -139,8 +145,8 @@ def test_after_a_crash_next_names_the_fix_path_before_any_rerun(repo: Path, tmp_
     env = dice(tmp_path, 1.00, 1.02)
     init(repo, env)
     ars(repo, "exp", "baseline", env=env)
-    ars(repo, "exp", "start", "broken", "-m", "a typo", env=env)
-    (repo / "train.py").write_text(TRAIN + "raise SystemExit(3)\n")
+    workdir = start(repo, env, "broken", "-m", "a typo")
+    (workdir / "train.py").write_text(TRAIN + "raise SystemExit(3)\n")
     out = ars(repo, "exp", "run", env=env).stdout
     lines = [line for line in out.splitlines() if line.startswith("next:")]
     assert lines and "ars exp retry broken" in lines[0]

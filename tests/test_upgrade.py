@@ -75,3 +75,11 @@ def test_a_campaign_of_the_previous_release_is_read_and_goes_on(tmp_path: Path):
     assert after["experiments"] == {}
     assert set(after["closed"]) == {"baseline", "closer", "further"}
     assert after["last"]["index"] == 2
+
+
+def test_an_older_row_says_the_knob_values_its_description_named():
+    from autoresearch_skills.ledger import Row, read_older_row
+
+    row = read_older_row(Row(index=3, status="keep", description="set LR=0.02, WIDTH=96: wider and faster"))
+    assert row.knob_values() == {"LR": 0.02, "WIDTH": 96}
+    assert read_older_row(Row(index=4, status="keep", description="a free edit: set up")).knob_values() == {}

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import click
 
@@ -62,6 +62,7 @@ EXTRA_COLUMNS = (
     "seed",          # the seed the run was given (`seed:` names the knob), "" when none was set
     "holdout",       # the held-out metric (`holdout:`): recorded, never used to decide
     "outputs",       # the run's outputs folder (runs/NNN-name/outputs), "" when it kept none
+    "knobs",         # the knob values the attempt set, as JSON ({"LR": 0.02, "--seed": 3}); "" when unknown
 )  # fmt: skip
 COLUMNS = (*BASE_COLUMNS, *EXTRA_COLUMNS)
 # The headers of ledgers written before `seed`, `holdout` and `outputs`, and before `cause`, `reason`
@@ -115,6 +116,7 @@ class Row:
     seed: str = ""
     holdout: str = ""
     outputs: str = ""
+    knobs: str = ""
 
     def __post_init__(self) -> None:
         self._type()
@@ -137,6 +139,14 @@ class Row:
         """The row as people read it (and as older ledgers held the description): a rerun's starts
         `rerun of #1: `, a row with a reason ends ` [status: reason]`."""
         return f"rerun of #{self.rerun_of}: {self.with_reason()}" if self.rerun_of else self.with_reason()
+
+    def knob_values(self) -> dict[str, Any]:
+        """The `knobs` column as a mapping ({} when the row does not know them)."""
+        try:
+            values = json.loads(self.knobs) if self.knobs else {}
+        except ValueError:
+            return {}
+        return values if isinstance(values, dict) else {}
 
     def number(self, name: str) -> float | None:
         """An optional numeric extra column as a float (None when empty or not a number)."""
@@ -233,6 +243,7 @@ def make_row(values: dict, where: str = "row") -> Row:
 # How rows written before the `cause`, `reason` and `mode` columns said them in the description
 # (`rerun of #1: LR 0.02 [crash: exit code 1; ValueError: ...]`, `[hybrid: diffs after 4 runs ...]`),
 # and the causes their reasons' opening words name. Read by `read_older_row` alone.
+_OLDER_KNOBS = re.compile(r"set (?P<pairs>[^\s=,:]+=[^\s,]+(?:, [^\s=,:]+=[^\s,]+)*)(?::|$)")
 _OLDER_MODES = (("[hybrid: diffs after ", Mode.DIFF), ("[hybrid: parameters again after ", Mode.PARAMETERS))
 _OLDER_CAUSES = (
     ("the campaign deadline came", CrashCause.DEADLINE),
@@ -272,7 +283,21 @@ def read_older_row(row: Row) -> Row:
         row.mode = next((str(mode) for note, mode in _OLDER_MODES if text.startswith(note)), "")
     if row.cause is None and not row.status.is_finished():
         row.cause = _older_cause(row.status, row.reason)
+    if not row.knobs and not row.rerun_of:
+        row.knobs = _older_knobs(text)
     return row
+
+
+def _older_knobs(description: str) -> str:
+    """The values a model policy's description said (`set LR=0.02, WD=0.1: why`), as the `knobs`
+    column holds them; "" for any other description."""
+    from autoresearch_skills.yamlfile import scalar
+
+    said = _OLDER_KNOBS.match(description)
+    if said is None:
+        return ""
+    values = dict(pair.split("=", 1) for pair in said["pairs"].split(", "))
+    return json.dumps({name: scalar(value) for name, value in values.items()})
 
 
 def _older_cause(status: Status, reason: str) -> CrashCause | None:

@@ -152,7 +152,7 @@ class Standing:
         return f"mean of {group.n} runs: " + ", ".join(f"#{i}" for i in group.indexes)
 
 
-def standing(rows: list[Row], direction: str) -> Standing:
+def standing(rows: list[Row], direction: str, seeded: bool = False) -> Standing:
     fingerprint = noise.latest_fingerprint(rows) or ""
     comparable = [r for r in rows if r.fingerprint == fingerprint]
     found = noise.groups(comparable)
@@ -179,7 +179,7 @@ def standing(rows: list[Row], direction: str) -> Standing:
         tree=tree,
         chain=tree.path_to(best.key) if best else [],
         running_best=running,
-        estimate=noise.estimate(rows, fingerprint=fingerprint),
+        estimate=noise.estimate(rows, fingerprint=fingerprint, seeded=seeded),
         noise_aware=any(r.fingerprint or r.rerun_of or r.sigma or r.runs for r in rows),
     )
 
@@ -567,7 +567,7 @@ def render_markdown(
 ) -> str:
     s = campaign.settings
     verdict = campaign.verdict()
-    st = standing(rows, s.direction)
+    st = standing(rows, s.direction, seeded=s.seed is not None)
     found = attempts(rows)
     # rows of another fingerprint are not in the standing's tree; their candidates were confirmed too
     confirmed = confirmations(lineage.build(rows, s.direction) if st.apart else st.tree)

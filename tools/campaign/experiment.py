@@ -902,6 +902,17 @@ def _record(
     return row
 
 
+def _knobs_set(experiment: Experiment) -> str:
+    """The knob values this attempt set, as the ledger's `knobs` column holds them: a proposal's
+    `set` and `args`, or the command-line knobs an agent gave (`--args`); "" when the attempt is an
+    edit whose values are not known (a diff, an agent's own change), and for a rerun (its commit's)."""
+    proposal = experiment.proposal or {}
+    values = {**(proposal.get("set") or {}), **(proposal.get("args") or {}), **experiment.args}
+    if experiment.is_rerun or not values:
+        return ""
+    return json.dumps(values, sort_keys=False, default=str)
+
+
 def _append_row(
     campaign: Campaign,
     experiment: Experiment,
@@ -959,5 +970,6 @@ def _append_row(
             seed="" if experiment.seed is None else str(experiment.seed),
             holdout="" if result.holdout is None else f"{result.holdout:.6f}",
             outputs=outputs,
+            knobs=_knobs_set(experiment),
         ),
     )

@@ -47,8 +47,11 @@ def wrap_up(campaign: Campaign) -> list[str]:
     rows = campaign.rows()
     best = noise.best(rows, campaign.settings.direction)
     if best is not None:
-        if noise.estimate(rows, fingerprint=best.fingerprint).deterministic:
-            alone = f" ({'one run: ' if best.n == 1 else ''}{noise.DETERMINISTIC})"
+        estimate = noise.estimate(
+            rows, fingerprint=best.fingerprint, seeded=campaign.settings.seed is not None
+        )
+        if estimate.deterministic:
+            alone = f" ({'one run: ' if best.n == 1 else ''}{estimate.deterministic_text})"
         else:
             alone = " (one run: no rerun confirmed it)" if best.n == 1 else ""
         lines.append(f"best: {best.describe(campaign.settings.metric)}{alone} ({how_to_use(campaign, best)})")

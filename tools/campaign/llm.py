@@ -239,7 +239,7 @@ class LlmPolicy(Policy):
         why = " ".join(str(item.get("description") or "").split())
         files = knob_files(list(context["mutable_files"]), lambda path: context["mutable_files"].get(path))
         _check_changes(values, files, where)
-        earlier = _tried(said, {**values, **args}, context, taken)
+        earlier = _tried({**values, **args}, context, taken)
         if earlier:
             raise Rejected(f"{where}: {said} was already tried ({earlier}): propose something new")
         proposal = Proposal.from_mapping(
@@ -365,14 +365,12 @@ def runs_without_improvement(context_rows: list[dict], direction: str, after: in
     return sum(1 for n, r in enumerate(rows) if r.index > since and n >= after)
 
 
-def _tried(said: str, change: dict, context: dict, taken: list[Proposal]) -> str:
-    """Where this change (`said`: `set LR=0.02`; its knob values `change`) was tried or is running:
-    `#3 lr-0-02 (keep)`, "" when new. A row holds no knob values, only the description this policy
-    wrote for it (`set LR=0.02: why`); proposals running or just made are compared by their values."""
-    for row in context.get("ledger") or []:
-        written = str(row.get("description", ""))
-        if written == said or written.startswith(said + ":"):
-            return f"#{row.get('index')} {Path(str(row.get('branch', ''))).name} ({row.get('status')})"
+def _tried(change: dict, context: dict, taken: list[Proposal]) -> str:
+    """Where these knob values (`change`) were tried or are running: `#3 lr-0-02 (keep)`, "" when
+    new. Rows are compared by their `knobs` column, proposals running or just made by their values."""
+    for row in rows_of(context.get("ledger") or []):
+        if row.knob_values() == change:
+            return f"#{row.index} {Path(row.branch).name} ({row.status})"
     for running in context.get("in_flight") or []:
         proposal = running.get("proposal") or {}
         values = {**(proposal.get("set") or {}), **(proposal.get("args") or {})}

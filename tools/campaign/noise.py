@@ -22,13 +22,27 @@ the default `Policy`:
 Every new best (the baseline included) is then run until it has `best_runs` runs, so the bar the
 next result must clear is never one lucky draw (except on a deterministic target, below). Without
 a noise estimate (fewer than two finished runs of any one commit) decisions are as before (keep
-when the number is better) and the reason says no noise estimate exists. Runs that gave identical values (a deterministic target) count any
-difference once repeats of two commits agree exactly; while only one commit's repeats agree, a
-better result is a candidate, and its own rerun tells a deterministic target from a lucky match.
-Once the target is known deterministic (`Estimate.deterministic`) new bests are not rerun: a rerun
-repeats the same number. The reasons, `ars campaign status` and the closing line say so in these
-words (`DETERMINISTIC`). Values are compared as the ledger holds them (6 decimals), and means
-are exact at that precision (`mean_of`): a tie with the best stays a tie.
+when the number is better) and the reason says no noise estimate exists.
+
+Identical repeats (sigma exactly 0) mean one of two things, and `Policy.seeded` (`seed:` in
+campaign.yaml names the seed knob) tells which:
+    fixed seed   (not seeded) many training scripts seed themselves with a constant (nanoGPT's
+                 `torch.manual_seed(1337 + seed_offset)`), so a commit's repeats print one number:
+                 they say nothing about how far another configuration, with its own random stream,
+                 may land by chance. Once two runs of one commit agree exactly no further repeat is
+                 owed (a baseline stops at 2 runs whatever `best_runs` says) and no new best is
+                 rerun; a better result is kept for being better, with no margin (`margin_sigma`
+                 empty), and its reason says it is not shown to exceed seed-to-seed noise: there is
+                 no estimate of that noise to test it against. Never "significant".
+    seeded       different seeds gave one number: the target has no noise, so any difference
+                 counts once repeats of two commits agree exactly; while only one commit's repeats
+                 agree, a better result is a candidate, and its own rerun tells a deterministic
+                 target from a lucky match (a coarsely printed metric). New bests are not rerun then.
+Either way the target is then deterministic (`Estimate.deterministic`), and the reasons, `ars
+campaign status` and the closing line say why in one sentence (`DETERMINISTIC` at a fixed seed,
+naming the setting that would measure the noise; `DETERMINISTIC_ACROSS_SEEDS` when seeded).
+Values are compared as the ledger holds them (6 decimals), and means are exact at that precision
+(`mean_of`): a tie with the best stays a tie.
 
 The best (`best`), the one every command shows and uses (status, the loop's lines, finish, the
 report, memory, `parent: best`, `ars ledger best`, prune's target, the stop rules' target): among
@@ -45,7 +59,8 @@ they share a commit or are linked by `rerun_of`, are finished (keep/discard) and
 
 Why these defaults: bench/bench_noise.py runs campaigns of four kinds on a target with known
 noise: a baseline, then 20 null changes and 5 real gains of 1 sigma, or of 3 sigma, or 25 null
-changes and nothing to find, or the 3-sigma campaign with the metric printed to half a sigma.
+changes and nothing to find, or the 3-sigma campaign with the metric printed to half a sigma
+(repeats vary, read as under `seed:`).
 Keeping the first number that is better keeps 12-26% of the null changes, depending on the kind,
 and each lucky draw raises the bar for the real gains. The previous rule (normal lines at 3
 sigma for one run and 1.75 pooled, floor 0.4, every best run 3 times) kept 4.0% of the null
@@ -58,6 +73,17 @@ reruns of each new best 3.9, confirmations 18.3). The t lines alone, with the ol
 93.7% of the 3-sigma gains: the keep line must start higher at the first confirmation, where most
 false keeps happened, and fall towards the last run, and every best needs a fourth run so the bar
 is measured well enough for a 3-sigma gain to clear it; a best run three times kept at most 93%.
+
+At a fixed seed (the bench's fifth kind: each commit prints one number, its seed's draw of that
+noise, with 20 null changes and 5 gains of 3 sigma), reading identical repeats as no noise ran
+the baseline 4 times and one confirmation for nothing (30.0 runs per campaign) and kept 10.0
+changes per campaign, 5.3 of them null changes, every one saying "any difference counts". The
+fixed-seed rule runs the baseline twice (27.0 runs) and keeps 9.9 changes, 5.2 of them null, none
+with a claim: without other seeds no rule can tell them apart. Under `seed:` the same target
+takes 57.8 runs and keeps 5.1 changes, 0.3 of them null (1.4% of the null changes, 96.4% of the
+gains). The price: a target whose repeats vary but agree by chance (the coarse metric) is taken
+for a fixed seed when its first two runs agree; without `seed:` that kind keeps 3.9% of its null
+changes instead of 1.4%.
 """
 
 from __future__ import annotations
@@ -76,11 +102,19 @@ CANDIDATE_FLAG = Status.CANDIDATE.value  # a candidate's row: `discard` with thi
 SHORT_RUN_SECONDS = 30 * 60  # under this per-run limit, the baseline is run more than once
 OUTLIER_SIGMAS = 5.0  # one value this far from the rest of its commit's runs is left out of sigma
 OUTLIER_MIN_DOF = 3  # ... only when the others still give sigma with this many degrees of freedom
-DETERMINISTIC_MIN_COMMITS = 2  # identical repeats of this many commits make a deterministic target
+DETERMINISTIC_MIN_COMMITS = 2  # seeded: identical repeats of this many commits make a deterministic target
 LEDGER_DECIMALS = 6  # results.tsv holds metric_value to 6 decimals: a new value is judged as stored
-# what every place says once repeats of DETERMINISTIC_MIN_COMMITS commits agree exactly
+# what every place says once repeats at a fixed seed agree exactly (the policy is not `seeded`): they
+# measured nothing about how a different configuration, with its own random stream, may land
 DETERMINISTIC = (
-    "identical repeats: this target is deterministic; "
+    "identical repeats: the runs are deterministic at a fixed seed, so reruns cannot measure seed-to-seed "
+    "noise and none is run; to measure it, set `seed:` in campaign.yaml to the seed knob, "
+    "e.g. `seed: --seed` or `seed: train.py:seed`"
+)
+# what every place says once repeats under different seeds (`seed:` set) of DETERMINISTIC_MIN_COMMITS
+# commits agree exactly: the target ignores its seed, so there is no noise to measure
+DETERMINISTIC_ACROSS_SEEDS = (
+    "identical repeats under different seeds: this target is deterministic; "
     "new bests are not rerun because a rerun repeats the same number"
 )
 
@@ -177,18 +211,34 @@ class Estimate:
     runs: int  # values that went into it
     groups: int  # commits with two runs or more
     left_out: int | None = None  # index of the one wild value left out, if any
+    seeded: bool = False  # the repeats ran with different seeds (`Policy.seeded`)
 
     @property
     def deterministic(self) -> bool:
-        """Repeats of DETERMINISTIC_MIN_COMMITS commits or more gave identical values: the noise
-        rule then counts any difference and owes no rerun of a new best (`next_action`)."""
-        return self.sigma == 0 and self.groups >= DETERMINISTIC_MIN_COMMITS
+        """Repeats gave identical values, so a rerun repeats the number and none is owed
+        (`next_action`): at a fixed seed (not `seeded`) once any commit's repeats agree; under
+        different seeds once those of DETERMINISTIC_MIN_COMMITS commits do."""
+        if self.sigma != 0:
+            return False
+        return not self.seeded or self.groups >= DETERMINISTIC_MIN_COMMITS
+
+    @property
+    def tested_sigma(self) -> float | None:
+        """sigma as the noise a lead is tested against, the ledger's `sigma`: None at a fixed seed,
+        where identical repeats measured no noise (empty, as before any estimate, so no reader
+        takes 0 for a seed-to-seed noise of 0)."""
+        return None if self.sigma == 0 and not self.seeded else self.sigma
+
+    @property
+    def deterministic_text(self) -> str:
+        """The one sentence every place shows once the target is `deterministic`."""
+        return DETERMINISTIC if not self.seeded else DETERMINISTIC_ACROSS_SEEDS
 
     def describe(self) -> str:
         if self.sigma is None:
             return "no noise estimate yet (no commit has 2 finished runs)"
         if self.deterministic:
-            return f"{DETERMINISTIC} ({self.runs} runs of {self.groups} commits)"
+            return f"{self.deterministic_text} ({self.runs} runs of {_count(self.groups, 'commit')})"
         if self.sigma == 0:
             return (
                 f"sigma 0 from {self.runs} runs of 1 commit: identical repeats, too few to call the target "
@@ -360,10 +410,11 @@ def groups(rows: Iterable[LedgerRow], fingerprint: str | None = None) -> dict[in
     }
 
 
-def estimate(rows: Iterable[LedgerRow], fingerprint: str | None = None) -> Estimate:
-    """The pooled within-commit standard deviation (see `pooled_sigma`) of the finished rows."""
+def estimate(rows: Iterable[LedgerRow], fingerprint: str | None = None, *, seeded: bool = False) -> Estimate:
+    """The pooled within-commit standard deviation (see `pooled_sigma`) of the finished rows;
+    `seeded`: their repeats ran with different seeds (`Policy.seeded`, `seed:` in campaign.yaml)."""
     found = groups(rows, fingerprint).values()
-    return pooled_sigma([g.values for g in found], [g.indexes for g in found])
+    return replace(pooled_sigma([g.values for g in found], [g.indexes for g in found]), seeded=seeded)
 
 
 def sigma(rows: Iterable[LedgerRow], fingerprint: str | None = None) -> float | None:
@@ -564,7 +615,12 @@ def decide(
     `commits` commits): the policy's lines, drawn in sigma for a sigma known exactly, then move to
     the same one-sided tail probability of Student's t with `dof` degrees of freedom (`t_line`),
     so a sigma from few runs needs a wider margin, and the reason says what the test rests on.
-    `dof` None takes sigma as exact (the normal's lines)."""
+    `dof` None takes sigma as exact (the normal's lines).
+
+    A sigma of 0 (identical repeats) counts as evidence of no noise only under `policy.seeded`
+    (different seeds gave one number); at a fixed seed it measured nothing about seed-to-seed
+    noise, so a better result is kept on being better, without a margin, and the reason says that
+    the lead is not shown to exceed seed-to-seed noise (DETERMINISTIC)."""
     _check_direction(direction)
     if not values:
         raise ValueError("decide needs at least one value")
@@ -579,7 +635,8 @@ def decide(
     about = f"the best {_num(best.mean)} (#{best.key}, {_runs(best.n)})"
     subject = f"pooled mean {_num(mean)} over {n} runs" if n > 1 else ""
 
-    if sigma == 0 and dof is not None and (commits or 0) < DETERMINISTIC_MIN_COMMITS and ahead > 0:
+    seeds_agree = sigma == 0 and policy.seeded  # different seeds gave one number: evidence of no noise
+    if seeds_agree and dof is not None and (commits or 0) < DETERMINISTIC_MIN_COMMITS and ahead > 0:
         # one commit's repeats agreeing may be luck (a coarsely printed metric): this commit's own
         # rerun tells a deterministic target from a noisy one
         reason = (
@@ -588,19 +645,24 @@ def decide(
         ).lstrip()
         if n < policy.max_runs:
             return Decision(Status.CANDIDATE, None, n, reason, sigma, mean, best.key, dof)
-    if not sigma:  # None: no estimate yet; 0.0: identical runs, so any difference is real
+    if not sigma:  # None: no estimate yet; 0.0: identical runs
         if sigma is None:
             why = "no noise estimate yet (no commit has 2 finished runs)"
+        elif not policy.seeded:
+            # one seed's repeats: better is kept, with nothing to test the lead against (no rerun
+            # can help: it repeats the number), and the reason never calls the lead beyond noise
+            why = f"not shown to exceed seed-to-seed noise; {DETERMINISTIC}" if ahead > 0 else DETERMINISTIC
         elif dof is None:
             why = "runs of one commit gave identical values, so any difference counts"
         elif (commits or 0) >= DETERMINISTIC_MIN_COMMITS:
-            why = f"{DETERMINISTIC}; any difference counts ({dof} df over {_count(commits, 'commit')})"
+            why = f"{DETERMINISTIC_ACROSS_SEEDS}; any difference counts ({dof} df over {_count(commits, 'commit')})"
         else:
             why = f"repeated runs gave identical values ({dof} df over {_count(commits, 'commit')}), so any difference counts"
         verb = "ties" if ahead == 0 else "beats" if ahead > 0 else "does not beat"
         status = Status.KEEP if ahead > 0 or (ahead == 0 and keep_ties) else Status.DISCARD
         reason = f"{subject} {verb} {about}; {why}".lstrip()
-        return Decision(status, None, n, reason, sigma, mean, best.key, dof)
+        measured = sigma if sigma is None or policy.seeded else None  # a fixed seed measured no noise
+        return Decision(status, None, n, reason, measured, mean, best.key, dof)
 
     z = ahead / (sigma * math.sqrt(1 / n + 1 / best.n))
     keep_at = t_line(policy.keep_line(n), dof)
@@ -675,18 +737,20 @@ def assess(
     lists = [g.values if g is not own else values for g in found.values()]
     if own is None:
         lists.append(values)
-    noise = pooled_sigma(lists)
+    noise = replace(pooled_sigma(lists), seeded=policy.seeded)
     if own is not None and own.kept:  # firms up a kept commit's mean; it stays kept either way
         best = _best(found.values(), direction)
         mean = mean_of(values)
         which = "the best" if best is own else "kept commit"
         reason = f"rerun of {which} #{own.key}: mean {_num(mean)} over {len(values)} runs"
+        if noise.deterministic:  # why no further repeat is owed (`next_action`)
+            reason += f"; {noise.deterministic_text}"
         return Decision(
             Status.KEEP,
             None,
             len(values),
             reason,
-            noise.sigma,
+            noise.tested_sigma,
             mean,
             best.key if best else None,
             noise.dof or None,
@@ -715,6 +779,8 @@ def next_action(
       - a candidate with fewer than `max_runs` runs gets its confirmation rerun;
       - the best (the baseline at first) with fewer than `best_runs` runs is run again, unless the
         target is deterministic (`Estimate.deterministic`): a rerun would repeat the same number.
+        At a fixed seed (the policy not `seeded`) that is so once two runs of one commit agree
+        exactly, so a baseline stops at 2 runs whatever `best_runs` asks.
     Crashed reruns count as attempts, so a commit that keeps crashing is not retried forever."""
     found = groups(rows, fingerprint)
     attempts: dict[int, int] = {}
@@ -727,7 +793,7 @@ def next_action(
         if g.candidate and g.n < policy.max_runs and attempts.get(g.key, 0) < policy.max_runs - 1:
             return Action(g.key, g.commit, f"#{g.key} is a candidate ({_runs(g.n)}): confirm it with a rerun")
     best = _best(found.values(), direction)
-    if pooled_sigma([g.values for g in found.values()]).deterministic:
+    if replace(pooled_sigma([g.values for g in found.values()]), seeded=policy.seeded).deterministic:
         return None  # a rerun of a deterministic target repeats the same number (DETERMINISTIC)
     if best and best.n < policy.best_runs and attempts.get(best.key, 0) < policy.best_runs - 1:
         return Action(

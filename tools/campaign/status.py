@@ -38,7 +38,7 @@ def status_facts(campaign: Campaign) -> dict:
     except BadInput:
         branch = "(detached HEAD)"
     latest = rows[-1] if rows else None
-    estimate = noise.estimate(rows, fingerprint=noise.latest_fingerprint(rows))
+    estimate = noise.estimate(rows, fingerprint=noise.latest_fingerprint(rows), seeded=s.seed is not None)
     return {
         "name": s.name,
         "folder": str(campaign.folder),
