@@ -148,13 +148,14 @@ def init_cmd(name: str, as_json: bool, **values: Any) -> None:
 
 
 def _isolation(worktrees: str, tree: TreeState, parallel: int = 1) -> str:
-    if parallel > 1:
-        return "each experiment in flight runs in its own git worktree under the campaign folder"
-    if worktrees == "always" or (worktrees == "auto" and tree.dirty_tracked):
-        return "experiments run in git worktrees (your uncommitted changes stay untouched)"
+    if worktrees != "off":
+        return (
+            "every experiment runs in a git worktree under the campaign folder: your checkout, its changes and "
+            "its ignored files stay untouched; each run's outputs go to runs/NNN-name/outputs/"
+        )
     if tree.dirty_tracked:
         return "worktrees are off and the tree has uncommitted changes: experiments will refuse to start"
-    return "experiments run in place (tree clean)"
+    return "experiments run in your checkout (worktrees: off): a run writes over files of yours there"
 
 
 @cli.command("status")
