@@ -1,8 +1,9 @@
 """A hypothesis commit holds the hypothesis only: never the file ars's own output is redirected
 to (`ars exp run > run.out 2>&1`, `ars campaign run campaign.yaml > out.txt`), never what git
-ignores, never what a training run writes beside itself (wandb/, outputs/, logs, checkpoints).
-And what is left out never blocks going home, a baseline rerun or a retry. Real repositories,
-real `ars` processes with their output redirected into the repository."""
+ignores, never what a training run writes beside itself (wandb/, outputs/, logs, checkpoints):
+that goes to the run's outputs folder. In place (`worktrees: off`), what is left out never blocks
+going home, a baseline rerun or a retry; in worktrees, the user's checkout is never touched. Real
+repositories, real `ars` processes with their output redirected into the repository."""
 
 from __future__ import annotations
 
@@ -80,13 +81,33 @@ def branches(repo: Path) -> list[str]:
     return git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").splitlines()
 
 
-def test_exp_run_redirected_into_the_repository_commits_only_the_hypothesis_and_goes_home(repo: Path):
+def init_campaign(repo: Path, stop: str, *extra: str) -> None:
     ars_into(repo, "init.out", "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
-             "--command", f"{sys.executable} train.py", "--stop", "2 experiments", "--prefix", "autoresearch/h",
-             "--baseline-repeats", "1")  # fmt: skip
+             "--command", f"{sys.executable} train.py", "--stop", stop, "--prefix", "autoresearch/h",
+             "--baseline-repeats", "1", *extra)  # fmt: skip
+
+
+def workdir_of(started: str) -> Path:
+    """The checkout `ars exp start` printed, where the experiment's files are edited."""
+    return Path(started.split("workdir: ")[1].splitlines()[0])
+
+
+def untracked(repo: Path) -> set[str]:
+    return set(git(repo, "status", "--porcelain", "--untracked-files=normal").replace("?? ", "").splitlines())
+
+
+def outputs_of(repo: Path, row: ledger.Row) -> set[str]:
+    """The top-level names the row's outputs folder (its ledger column) holds."""
+    return {p.name for p in (repo / row.outputs).iterdir()} if row.outputs else set()
+
+
+def test_exp_run_in_place_redirected_into_the_repository_commits_only_the_hypothesis_and_goes_home(
+    repo: Path,
+):
+    init_campaign(repo, "2 experiments", "--worktrees", "off")
     assert "val_bpb: 1.200000" in ars_into(repo, "run.out", "exp", "baseline")
     started = ars_into(repo, "run.out", "exp", "start", "higher-lr", "-m", "LR 0.01 -> 0.02")
-    assert "workdir: " + str(repo) in started  # in place: the log files beside it are all untracked
+    assert "workdir: " + str(repo) + "\n" in started  # in place: the log files beside it are all untracked
     set_constant(repo / "train.py", "LR", "0.02")
     (repo / "schedule.py").write_text("WARMUP = 10\n")  # a new source file of the hypothesis
     out = ars_into(repo, "run.out", "exp", "run")
@@ -105,15 +126,44 @@ def test_exp_run_redirected_into_the_repository_commits_only_the_hypothesis_and_
     assert "back on main" in out and git(repo, "branch", "--show-current") == "main"
     assert "LR = 0.01 " in (repo / "train.py").read_text()
     assert gitflow.tree_state(repo).dirty_tracked is False
-    assert {"run.out", "wandb/", "outputs/", "train.log"} <= set(
-        git(repo, "status", "--porcelain", "--untracked-files=normal").replace("?? ", "").splitlines()
-    )
+    # what each run wrote beside itself went to its outputs folder; the redirected output stays
+    assert untracked(repo) == {"init.out", "run.out"}
+    for row in ledger.read(repo / "reports/auto_research/demo/results.tsv"):
+        assert set(GENERATED) <= outputs_of(repo, row)
 
 
-def test_a_retry_redirected_into_the_repository_commits_the_fix_only(repo: Path):
-    ars_into(repo, "init.out", "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
-             "--command", f"{sys.executable} train.py", "--stop", "10 experiments", "--prefix", "autoresearch/h",
-             "--baseline-repeats", "1")  # fmt: skip
+def test_exp_run_in_a_worktree_commits_only_the_hypothesis_and_leaves_the_users_checkout_untouched(
+    repo: Path,
+):
+    init_campaign(repo, "2 experiments")
+    before = {p: (repo / p).read_bytes() for p in ("train.py", "prepare.py")}
+    assert "val_bpb: 1.200000" in ars_into(repo, "run.out", "exp", "baseline")
+    workdir = workdir_of(ars_into(repo, "run.out", "exp", "start", "higher-lr", "-m", "LR 0.01 -> 0.02"))
+    assert workdir == repo / "reports/auto_research/demo/worktrees/wt-1"
+    set_constant(workdir / "train.py", "LR", "0.02")
+    (workdir / "schedule.py").write_text("WARMUP = 10\n")  # a new source file of the hypothesis
+    out = ars_into(repo, "run.out", "exp", "run")
+    assert "val_bpb: 1.100000" in out and "status: keep" in out
+    hypothesis = git(repo, "rev-parse", "autoresearch/h/higher-lr")
+    assert git(repo, "show", "--name-only", "--format=", hypothesis).splitlines() == [
+        "schedule.py",
+        "train.py",
+    ]
+    for branch in branches(repo):
+        assert not {
+            f for f in files_on(repo, branch) if f.split("/")[0] in (*GENERATED, "run.out", "init.out")
+        }
+    # the user's checkout never left main nor changed: nothing to go home from
+    assert git(repo, "branch", "--show-current") == "main" and "back on" not in out
+    assert {p: (repo / p).read_bytes() for p in before} == before
+    assert gitflow.tree_state(repo).dirty_tracked is False and untracked(repo) == {"init.out", "run.out"}
+    # what each run wrote beside itself left its worktree for its outputs folder
+    for row in ledger.read(repo / "reports/auto_research/demo/results.tsv"):
+        assert outputs_of(repo, row) == set(GENERATED)
+
+
+def test_a_retry_in_place_redirected_into_the_repository_commits_the_fix_only(repo: Path):
+    init_campaign(repo, "10 experiments", "--worktrees", "off")
     ars_into(repo, "run.out", "exp", "baseline")
     ars_into(repo, "run.out", "exp", "start", "buggy", "-m", "LR 0.01 -> 0.02")
     set_constant(repo / "train.py", "LR", "0.02")
@@ -131,11 +181,14 @@ def test_a_retry_redirected_into_the_repository_commits_the_fix_only(repo: Path)
     ]
 
 
-def test_campaign_run_redirected_into_the_repository_reruns_the_baseline_and_goes_home(repo: Path):
+@pytest.mark.parametrize("worktrees", ["off", "auto"])
+def test_campaign_run_redirected_into_the_repository_reruns_the_baseline_and_ends_on_main(
+    repo: Path, worktrees: str
+):
     config = {
         "name": "hyg", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
         "command": f"{sys.executable} train.py", "launcher": "local", "stop": "4 experiments",
-        "prefix": "autoresearch/hyg", "baseline_repeats": 2,
+        "prefix": "autoresearch/hyg", "baseline_repeats": 2, "worktrees": worktrees,
         "policy": {"kind": "queue", "mutable": ["train.py"], "frozen": ["prepare.py"], "queue": [
             {"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}},
             {"slug": "lower-lr", "description": "LR 0.01 -> 0.005", "set": {"LR": 0.005}},
@@ -151,8 +204,13 @@ def test_campaign_run_redirected_into_the_repository_reruns_the_baseline_and_goe
     # the rerun the noise rule asks for ran with out.txt growing beside it; every run measured
     assert {Path(r.branch).name for r in table[2:]} == {"higher-lr", "lower-lr"}
     assert all(r.status in ("keep", "discard") for r in table)
-    assert "back on main" in out and git(repo, "branch", "--show-current") == "main"
+    # in place the checkout goes home at the end; in worktrees it never left main
+    assert ("back on main" in out) is (worktrees == "off")
+    assert git(repo, "branch", "--show-current") == "main"
     assert (repo / "train.py").read_text() == TRAIN
+    assert untracked(repo) == {"out.txt"}  # what the runs wrote went to their outputs folders
+    assert all(row.outputs for row in table)  # (`keep_outputs: kept` deletes the discarded ones')
+    assert all(set(GENERATED) <= outputs_of(repo, row) for row in table if row.status == "keep")
     for row in table[2:]:
         assert git(repo, "show", "--name-only", "--format=", row.commit).splitlines()[-1:] == ["train.py"]
     for branch in branches(repo):
@@ -239,17 +297,20 @@ def test_a_file_left_out_never_counts_as_an_edit_of_a_rerun(repo: Path):
     assert gitflow.changed_paths(repo, snapshot) == ["train.py"]
 
 
-def test_an_untracked_file_of_the_user_edited_during_an_experiment_is_never_committed(repo: Path):
+@pytest.mark.parametrize("worktrees", ["off", "auto"])
+def test_an_untracked_file_of_the_user_edited_during_an_experiment_is_never_committed(
+    repo: Path, worktrees: str
+):
     (repo / "notes.yaml").write_text("lr: 0.01\n")  # the user's own, untracked before the campaign
-    ars_into(repo, "init.out", "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
-             "--command", f"{sys.executable} train.py", "--stop", "10 experiments", "--prefix", "autoresearch/h",
-             "--baseline-repeats", "1")  # fmt: skip
+    init_campaign(repo, "10 experiments", "--worktrees", worktrees)
     ars_into(repo, "run.out", "exp", "baseline")
-    ars_into(repo, "run.out", "exp", "start", "higher-lr", "-m", "LR 0.01 -> 0.02")
-    set_constant(repo / "train.py", "LR", "0.02")
-    (repo / "notes.yaml").write_text("lr: 0.02\n")  # edited while the experiment is open, in place
+    workdir = workdir_of(ars_into(repo, "run.out", "exp", "start", "higher-lr", "-m", "LR 0.01 -> 0.02"))
+    assert (workdir == repo) is (worktrees == "off")
+    set_constant(workdir / "train.py", "LR", "0.02")
+    (repo / "notes.yaml").write_text("lr: 0.02\n")  # edited in the user's checkout while it is open
     ars_into(repo, "run.out", "exp", "run")
     hypothesis = git(repo, "rev-parse", "autoresearch/h/higher-lr")
     assert git(repo, "show", "--name-only", "--format=", hypothesis).splitlines() == ["train.py"]
     ars_into(repo, "finish.out", "campaign", "finish")
     assert (repo / "notes.yaml").read_text() == "lr: 0.02\n"  # still in the user's checkout, as left
+    assert git(repo, "branch", "--show-current") == "main"

@@ -59,13 +59,22 @@ def init_campaign(repo: Path, *extra: str, stop: str = "4 experiments or 1h tota
         *extra, *([] if "--baseline-repeats" in extra else ["--baseline-repeats", "1"]))  # fmt: skip
 
 
-def experiment(
-    repo: Path, slug: str, lr: str, parent: str = "best", workdir: Path | None = None
-) -> subprocess.CompletedProcess:
-    out = ars(repo, "exp", "start", slug, "-m", f"LR -> {lr}", "--parent", parent).stdout
-    workdir = Path(out.split("workdir: ")[1].splitlines()[0])
+def start(repo: Path, *args: str) -> Path:
+    """`ars exp start ARGS`; the workdir it prints, where the experiment's files are edited."""
+    out = ars(repo, "exp", "start", *args).stdout
+    return Path(out.split("workdir: ")[1].splitlines()[0])
+
+
+def experiment(repo: Path, slug: str, lr: str, parent: str = "best") -> subprocess.CompletedProcess:
+    workdir = start(repo, slug, "-m", f"LR -> {lr}", "--parent", parent)
     set_constant(workdir, "LR", lr)
     return ars(repo, "exp", "run")
+
+
+def checkout_of(repo: Path) -> tuple[str, str, dict[str, bytes]]:
+    """What the user sees of their checkout: its branch, its HEAD, and its committed files' bytes."""
+    files = {p: (repo / p).read_bytes() for p in ("train.py", "prepare.py")}
+    return git(repo, "branch", "--show-current"), git(repo, "rev-parse", "HEAD"), files
 
 
 def rows(repo: Path) -> list[ledger.Row]:
@@ -73,17 +82,22 @@ def rows(repo: Path) -> list[ledger.Row]:
 
 
 def test_baseline_and_three_experiments_give_four_rows_branches_and_verdict(repo: Path):
+    before = checkout_of(repo)
     init_campaign(repo)
     first = ars(repo, "exp", "baseline")
     assert "val_bpb: 1.200000" in first.stdout and "status: keep" in first.stdout
+    # the baseline too runs in a worktree of the campaign's, never in the user's checkout
+    assert f"workdir: {repo / 'reports/auto_research/demo/worktrees/wt-1'}" in first.stderr
     assert "stop condition not yet met: 1/4 attempted" in first.stdout
     experiment(repo, "closer-lr", "0.02")  # 1.1: keep
     experiment(repo, "far-lr", "0.09", parent="baseline")  # 1.6: discard
     last = experiment(repo, "exact-lr", "0.03")  # 1.0: keep, from best (closer-lr)
     verdict = last.stdout.strip().splitlines()[-1]  # what is left is kept after a stop
     assert verdict.startswith("stop condition met: 4/4 attempted, ") and verdict.endswith("m remaining")
-    # the hand-driven path ends as cleanly as the loop: checkout home, the best result named
-    assert "back on main" in last.stdout and git(repo, "branch", "--show-current") == "main"
+    # the hand-driven path ends as cleanly as the loop: the user's checkout never left main, nor
+    # changed a byte (nothing to go home from), and the best result is named
+    assert checkout_of(repo) == before and "back on" not in last.stdout
+    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
     assert "best: #3 keep val_bpb 1.000000 on autoresearch/t-demo/exact-lr" in last.stdout
     assert "git checkout autoresearch/t-demo/exact-lr" in last.stdout
 
@@ -117,8 +131,8 @@ def test_refuses_experiments_before_baseline_and_runs_past_the_rules(repo: Path)
     stopped = ars(repo, "exp", "start", "third", "-m", "over budget", code=1)
     assert "stop condition met: 2/2 attempted" in stopped.stderr and "nothing new starts" in stopped.stderr
     assert len(rows(repo)) == 2
-    ars(repo, "exp", "start", "third", "-m", "the user extended the campaign", "--force")
-    set_constant(repo, "LR", "0.025")
+    workdir = start(repo, "third", "-m", "the user extended the campaign", "--force")
+    set_constant(workdir, "LR", "0.025")
     refused = ars(repo, "exp", "run", code=1)  # the run is refused too unless forced
     assert "stop condition met: 2/2 attempted" in refused.stderr
     assert "status: keep" in ars(repo, "exp", "run", "--force").stdout
@@ -157,12 +171,19 @@ def test_ratchet_writes_the_row_before_moving_the_branch_back(repo: Path):
     experiment(repo, "closer", "0.02")  # keep: the ratchet advances
     kept_tip = git(repo, "rev-parse", "autoresearch/t-demo/ratchet")
     (repo / "scratch.txt").write_text("user file outside the experiment\n")
-    experiment(repo, "worse", "0.2")  # discard: the ratchet goes back to kept_tip
+    before = checkout_of(repo)
+    workdir = start(repo, "worse", "-m", "LR -> 0.2")
+    set_constant(workdir, "LR", "0.2")
+    ars(repo, "exp", "run")  # discard: the ratchet goes back to kept_tip
     discarded = rows(repo)[-1]
     assert discarded.status == "discard" and discarded.parent_commit == kept_tip
     assert git(repo, "rev-parse", "autoresearch/t-demo/ratchet") == kept_tip
     assert git(repo, "cat-file", "-t", discarded.commit) == "commit"  # the row still names it
-    assert "LR = 0.02" in (repo / "train.py").read_text()
+    # the ratchet's checkout holds the kept tip again, not the discarded edit
+    assert git(workdir, "branch", "--show-current") == "autoresearch/t-demo/ratchet"
+    assert "LR = 0.02" in (workdir / "train.py").read_text()
+    assert git(workdir, "status", "--porcelain", "--untracked-files=no") == ""
+    assert checkout_of(repo) == before  # the user's checkout: on main, as it was
     assert (repo / "scratch.txt").read_text() == "user file outside the experiment\n"
 
 
@@ -171,16 +192,13 @@ def test_crash_timeout_and_manual_decision(repo: Path):
     assert "decision: pending" in ars(repo, "exp", "baseline").stdout
     assert "no baseline result yet" in ars(repo, "exp", "start", "early", "-m", "m", code=2).stderr
     ars(repo, "exp", "mark", "keep", "--reason", "baseline")
-    ars(repo, "exp", "start", "fails", "-m", "exit 3")
-    set_constant(repo, "FAIL", "3")
+    set_constant(start(repo, "fails", "-m", "exit 3"), "FAIL", "3")
     crashed = ars(repo, "exp", "run").stdout
     assert "status: crash (exit code 3; RuntimeError: boom)" in crashed
-    ars(repo, "exp", "start", "slow", "-m", "sleeps past the limit", "--parent", "baseline")
-    set_constant(repo, "SLEEP", "30")
+    set_constant(start(repo, "slow", "-m", "sleeps past the limit", "--parent", "baseline"), "SLEEP", "30")
     timed_out = ars(repo, "exp", "run", "--timeout", "2s").stdout
     assert "status: timeout" in timed_out
-    ars(repo, "exp", "start", "flat", "-m", "same result, simpler", "--parent", "baseline")
-    set_constant(repo, "LR", "0.0100")
+    set_constant(start(repo, "flat", "-m", "same result, simpler", "--parent", "baseline"), "LR", "0.0100")
     pending = ars(repo, "exp", "run").stdout
     assert "decision: pending" in pending
     ars(repo, "exp", "mark", "keep", "--reason", "flat result with simpler code")
@@ -198,11 +216,14 @@ def test_memory_resume_after_a_context_reset_restates_the_campaign(repo: Path):
     ars(repo, "memory", "start", "--goal", "lower val_bpb below 1.05")
     ars(repo, "exp", "baseline")
     experiment(repo, "closer-lr", "0.02")
+    workdir = start(repo, "exact-lr", "-m", "LR -> 0.03")  # opened, not yet run
     ars(repo, "memory", "handoff", "--resume-from", "two results in", "--next", "try LR 0.03")
     # A fresh agent knows nothing but the repository.
     out = ars(repo, "memory", "resume").stdout
     assert "objective: lower val_bpb below 1.05" in out
-    assert "branch: autoresearch/t-demo/closer-lr" in out
+    assert "branch: main" in out  # the user's checkout never moved
+    # where the experiment in flight is edited: its worktree, not the checkout the agent stands in
+    assert f"experiment: exact-lr [open] on autoresearch/t-demo/exact-lr in {workdir}" in out
     assert "best: #1 keep val_bpb 1.100000 on autoresearch/t-demo/closer-lr" in out
     assert "verdict: stop condition not yet met: 2/5 attempted, 1h" in out
     assert "next: try LR 0.03" in out
@@ -257,8 +278,7 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_cancel_stops_the_run_and_records_one_row(repo: Path):
     init_campaign(repo, "--launcher", "local")
     ars(repo, "exp", "baseline")
-    ars(repo, "exp", "start", "slow", "-m", "sleeps")
-    set_constant(repo, "SLEEP", "60")
+    set_constant(start(repo, "slow", "-m", "sleeps"), "SLEEP", "60")
     runner = subprocess.Popen([sys.executable, "-m", "autoresearch_skills.cli", "exp", "run"], cwd=repo,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     state_path = repo / "reports/auto_research/demo/state.json"
@@ -327,8 +347,7 @@ def test_a_commit_that_edits_a_frozen_file_is_refused_in_agent_mode(repo: Path):
 def test_a_prediction_is_registered_before_the_run_and_kept_in_its_row(repo: Path):
     init_campaign(repo)
     ars(repo, "exp", "baseline")
-    ars(repo, "exp", "start", "closer", "-m", "LR -> 0.02", "--predict", "val_bpb -0.1")
-    set_constant(repo, "LR", "0.02")
+    set_constant(start(repo, "closer", "-m", "LR -> 0.02", "--predict", "val_bpb -0.1"), "LR", "0.02")
     ars(repo, "exp", "run")
     assert rows(repo)[-1].prediction == "val_bpb -0.1"
     bad = ars(repo, "exp", "start", "vague", "-m", "m", "--predict", "better", code=2)
@@ -379,8 +398,7 @@ def test_a_paused_campaign_starts_nothing_new_until_resumed(repo: Path):
     init_campaign(repo, stop="10 experiments")
     ars(repo, "exp", "baseline")
     ars(repo, "campaign", "pause", "--reason", "checking the data")
-    ars(repo, "exp", "start", "closer-lr", "-m", "LR -> 0.02")
-    set_constant(repo, "LR", "0.02")
+    set_constant(start(repo, "closer-lr", "-m", "LR -> 0.02"), "LR", "0.02")
     refused = ars(repo, "exp", "run", code=1)
     assert "campaign paused (checking the data)" in refused.stderr
     ars(repo, "campaign", "resume")
@@ -390,14 +408,15 @@ def test_a_paused_campaign_starts_nothing_new_until_resumed(repo: Path):
 def test_a_commit_made_before_a_kill_is_adopted_by_the_next_run_not_made_again(repo: Path):
     init_campaign(repo)
     ars(repo, "exp", "baseline")
-    ars(repo, "exp", "start", "closer-lr", "-m", "LR -> 0.02")
-    set_constant(repo, "LR", "0.02")
+    workdir = start(repo, "closer-lr", "-m", "LR -> 0.02")
+    set_constant(workdir, "LR", "0.02")
     # `ars exp commit` killed after `git commit`, before state.json learned of the commit
-    git(repo, "commit", "-q", "-m", "LR -> 0.02", "--", "train.py")
-    committed = git(repo, "rev-parse", "HEAD")
+    git(workdir, "commit", "-q", "-m", "LR -> 0.02", "--", "train.py")
+    committed = git(workdir, "rev-parse", "HEAD")
     assert "status: keep" in ars(repo, "exp", "run").stdout
     row = rows(repo)[-1]
-    assert row.commit == committed and git(repo, "rev-parse", "HEAD") == committed
+    assert row.commit == committed and git(workdir, "rev-parse", "HEAD") == committed
+    assert git(repo, "rev-list", "--count", f"{row.parent_commit}..{committed}") == "1"  # made once
 
 
 def test_a_row_keeps_the_command_as_written_beside_the_command_run_and_args_keep_the_fingerprint(repo: Path):
@@ -428,8 +447,10 @@ def test_a_launch_plan_takes_the_tightest_limit_names_a_new_log_and_pins_the_gra
     assert spec.timeout == 120.0  # the time the campaign has left is the tightest
     assert spec.log_path == tmp_path / "demo" / "runs" / "007-lr-2" / "run.log"
     assert (spec.command, spec.cwd, spec.name) == ("python train.py --lr=0.1", tmp_path / "wd", "demo-lr-2")
+    outputs = str(tmp_path / "demo" / "runs" / "007-lr-2" / "outputs")  # where the run writes what it keeps
     assert spec.env == {"ARS_CAMPAIGN": "demo", "ARS_EXPERIMENT": "lr~2", "ARS_SLOT": "1",
-                        "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "2,3"}  # fmt: skip
+                        "PYTHONUNBUFFERED": "1", "ARS_OUTPUT_DIR": outputs, "AR_MODEL_DIR": outputs,
+                        "CUDA_VISIBLE_DEVICES": "2,3"}  # fmt: skip
     assert spec.resources == {}
     assert plan_launch(campaign, attempt, Grant(1, (2, 3)), launch=7, remaining=None).timeout == 300.0
     assert not (tmp_path / "demo").exists()  # a plan writes nothing

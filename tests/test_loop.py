@@ -94,11 +94,15 @@ def test_queue_policy_runs_set_and_patch_and_ends_saying_it_is_exhausted(repo: P
         {"slug": "odd-width", "description": "WIDTH 63 crashes", "set": {"WIDTH": 63}},
     ]
     home = git(repo, "branch", "--show-current")
+    files = {p: (repo / p).read_bytes() for p in ("train.py", "prepare.py", "program.md")}
     out = ars(
         repo, "campaign", "run", str(write_campaign(repo, {"kind": "queue", "queue": queue})), code=1
     ).stdout
     table = rows(repo)
-    assert git(repo, "branch", "--show-current") == home and f"back on {home}" in out
+    # every experiment ran in a worktree: the user's checkout never left its branch nor changed
+    assert git(repo, "branch", "--show-current") == home and "back on" not in out
+    assert {p: (repo / p).read_bytes() for p in files} == files
+    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
     assert [(Path(r.branch).name, r.status) for r in table] == [
         ("baseline", "keep"),
         ("higher-lr", "keep"),

@@ -136,7 +136,12 @@ def test_a_metric_the_log_never_prints_names_what_it_does_print(repo: Path):
 
 def test_a_pattern_reads_the_metric_where_no_name_would(repo: Path):
     config = campaign_file(
-        repo, metric="val", pattern=r"val loss (\d+\.\d+)", parallel=1, stop="1 experiments, 2m each"
+        repo,
+        metric="val",
+        pattern=r"val loss (\d+\.\d+)",
+        parallel=1,
+        stop="1 experiments, 2m each",
+        worktree_include=["data/"],  # the prepared data, carried into the worktree
     )
     ars(repo, "campaign", "run", str(config), timeout=300)
     [baseline] = rows_of(repo)
@@ -150,6 +155,7 @@ def test_command_line_knobs_are_written_into_the_command_and_reproduced_by_a_rer
         parallel=1,
         stop="6 experiments, 2m each",  # the grid ends first: a rerun may still start
         policy={"kind": "grid", "args": {"learning_rate": [1e-2, 3e-2]}},
+        worktree_include=["data/"],
     )
     ars(repo, "campaign", "run", str(config), timeout=300, code=1)
     rows = rows_of(repo)
