@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from repo_helpers import git, make_repo
+from repo_helpers import ars, git, make_repo
 
 from autoresearch_skills import gitflow, ledger
 
@@ -41,6 +42,7 @@ print(f"val_bpb:          {abs(LR - 0.03) * 10 + 1:.6f}")
 """
 
 GENERATED = ("wandb", "outputs", "lightning_logs", "checkpoints", "train.log")
+WRITTEN = {"wandb/", "outputs/", "lightning_logs/", "checkpoints/", "train.log"}  # as `git status` lists them
 
 
 @pytest.fixture
@@ -126,8 +128,9 @@ def test_exp_run_in_place_redirected_into_the_repository_commits_only_the_hypoth
     assert "back on main" in out and git(repo, "branch", "--show-current") == "main"
     assert "LR = 0.01 " in (repo / "train.py").read_text()
     assert gitflow.tree_state(repo).dirty_tracked is False
-    # what each run wrote beside itself went to its outputs folder; the redirected output stays
-    assert untracked(repo) == {"init.out", "run.out"}
+    # what each run wrote beside itself was copied to its outputs folder and, in the user's own
+    # checkout, left where it was (a file of theirs may sit among it: nothing there is moved)
+    assert untracked(repo) == {"init.out", "run.out", *WRITTEN}
     for row in ledger.read(repo / "reports/auto_research/demo/results.tsv"):
         assert set(GENERATED) <= outputs_of(repo, row)
 
@@ -208,7 +211,8 @@ def test_campaign_run_redirected_into_the_repository_reruns_the_baseline_and_end
     assert ("back on main" in out) is (worktrees == "off")
     assert git(repo, "branch", "--show-current") == "main"
     assert (repo / "train.py").read_text() == TRAIN
-    assert untracked(repo) == {"out.txt"}  # what the runs wrote went to their outputs folders
+    # what the runs wrote went to their outputs folders: moved out of a worktree, copied in place
+    assert untracked(repo) == ({"out.txt"} | (WRITTEN if worktrees == "off" else set()))
     assert all(row.outputs for row in table)  # (`keep_outputs: kept` deletes the discarded ones')
     assert all(set(GENERATED) <= outputs_of(repo, row) for row in table if row.status == "keep")
     for row in table[2:]:
@@ -314,3 +318,24 @@ def test_an_untracked_file_of_the_user_edited_during_an_experiment_is_never_comm
     ars_into(repo, "finish.out", "campaign", "finish")
     assert (repo / "notes.yaml").read_text() == "lr: 0.02\n"  # still in the user's checkout, as left
     assert git(repo, "branch", "--show-current") == "main"
+
+
+def test_a_file_the_user_writes_in_place_while_a_run_runs_is_never_moved_nor_deleted(tmp_path: Path):
+    """With `worktrees: off` the run's checkout is the user's: outputs are copied out of it, never
+    moved, so a file the user made there meanwhile stays even when the run's outputs are dropped."""
+    train = "import time\nLR = 0.01\ntime.sleep(3)\nprint('---')\nprint(f'val_bpb:          {abs(LR - 0.03) * 10 + 1:.6f}')\n"
+    repo = make_repo(tmp_path / "project", {"train.py": train})
+    ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min", "--command",
+        f"{sys.executable} train.py", "--stop", "10 experiments", "--baseline-repeats", "1", "--worktrees", "off")  # fmt: skip
+    ars(repo, "exp", "baseline")
+    ars(repo, "exp", "start", "worse", "-m", "LR -> 0.2")
+    (repo / "train.py").write_text(train.replace("LR = 0.01", "LR = 0.2"))
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "autoresearch_skills.cli", "exp", "run"], cwd=repo,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(1.5)
+    (repo / "mine.txt").write_text("my notes\n")  # the user, while the run runs in their checkout
+    out, _ = runner.communicate(timeout=60)
+    assert "status: discard" in out
+    assert (repo / "mine.txt").read_text() == "my notes\n"

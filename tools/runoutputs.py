@@ -79,11 +79,14 @@ def read_snapshot(before: Path) -> Listing:
     return {str(k): (int(v[0]), int(v[1])) for k, v in data.items()}
 
 
-def collect(workdir: Path, before: Path, into: Path, skip: tuple[Path, ...] = ()) -> list[str]:
+def collect(
+    workdir: Path, before: Path, into: Path, skip: tuple[Path, ...] = (), shared: bool = False
+) -> list[str]:
     """Move every file the run created under `workdir` to the same relative path under `into`; a
     file the snapshot held that the run changed is copied (the checkout keeps its copy: it was there
-    before the run). Returns the relative paths collected. Without a snapshot nothing is collected:
-    every untracked file might be input."""
+    before the run). `shared`: the checkout is also a person's (`worktrees: off`), who may have made a
+    file there while the run ran: every file is copied, none moved. Returns the relative paths
+    collected. Without a snapshot nothing is collected: every untracked file might be input."""
     if not before.exists():
         return []
     held = read_snapshot(before)
@@ -94,7 +97,7 @@ def collect(workdir: Path, before: Path, into: Path, skip: tuple[Path, ...] = ()
             continue
         source, target = workdir / rel, _free_path(into / rel)
         target.parent.mkdir(parents=True, exist_ok=True)
-        if rel in held:
+        if rel in held or shared:
             shutil.copy2(source, target, follow_symlinks=False)
         else:
             _move(source, target)

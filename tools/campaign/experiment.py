@@ -734,8 +734,13 @@ def collect_outputs(campaign: Campaign, experiment: Experiment) -> str:
         return ""
     log_path = Path(experiment.log_path)
     folder = outputs_of(log_path)
+    in_place = experiment.worktree.absolute() == campaign.repo.absolute()  # the user's own checkout
     runoutputs.collect(
-        experiment.worktree, _untracked_before(log_path), folder, skip=_ours(campaign, experiment)
+        experiment.worktree,
+        _untracked_before(log_path),
+        folder,
+        skip=_ours(campaign, experiment),
+        shared=in_place,
     )
     if not folder.is_dir():
         return ""
