@@ -192,14 +192,15 @@ def test_campaign_init_refuses_what_validate_refuses_before_a_folder_exists(repo
     ars(repo, *init, "--command", f"nice -n 10 {sys.executable} train.py config.py")
 
 
-def test_a_grid_point_at_the_value_the_file_already_holds_runs_as_an_attempt(repo: Path):
+def test_a_grid_point_at_the_value_the_parent_already_holds_is_skipped_not_run(repo: Path):
     path = campaign(
         repo, {"kind": "grid", "mutable": ["conf.yaml"], "space": {"optimizer.lr": [0.001, 0.003]}}
     )
-    ars(repo, "campaign", "run", str(path))
-    table = rows(repo)
-    assert len(table) == 3 and all(r.status.is_finished() for r in table)
-    assert table[1].metric_value == table[0].metric_value  # the same file: the parent's value again
+    out = ars(repo, "campaign", "run", str(path), code=1).stdout  # the grid ran out before the count
+    table = rows(repo)  # the baseline measured 0.001 already: only 0.003 is an attempt
+    assert [r.branch.rsplit("/", 1)[-1] for r in table if not r.rerun_of] == ["baseline", "lr-0-003"]
+    assert "proposal skipped, not an attempt: set optimizer.lr=0.001 changes nothing" in out
+    assert out.splitlines()[-1].startswith("policy exhausted: no more proposals")  # not "refused"
     assert git(repo, "branch", "--show-current") == "main"
 
 

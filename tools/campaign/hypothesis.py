@@ -77,6 +77,10 @@ class Rejected(Exception):
     """A proposal that cannot be applied; the reason goes back to the proposer."""
 
 
+class Unchanged(Rejected):
+    """A proposal of knob values its parent already holds: running it would measure the parent again."""
+
+
 # ---------------------------------------------------------------- applying
 
 
@@ -183,7 +187,12 @@ def validate(
         check_patch(repo, parent_commit, proposal.patch, mutable, frozen)
         return
     if proposal.set:
-        apply_set(knob_files(mutable, lambda path: committed_text(repo, parent_commit, path)), proposal.set)
+        files = knob_files(mutable, lambda path: committed_text(repo, parent_commit, path))
+        changed = apply_set(files, proposal.set)
+        if not proposal.args and all(files[path] == text for path, text in changed.items()):
+            raise Unchanged(
+                f"{knobs.describe(proposal.set)} changes nothing: the parent {parent_commit[:8]} already holds it"
+            )
 
 
 def committed_text(repo: Path, commit: str, path: str) -> str | None:

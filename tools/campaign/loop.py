@@ -40,6 +40,7 @@ from autoresearch_skills.campaign.proposals import (
     Policy,
     Proposal,
     Rejected,
+    Unchanged,
     apply,
     make_policy,
     validate,
@@ -416,6 +417,9 @@ class Loop:
                 parent = proposal.parent or self.parent
                 parent_commit = experiment.resolve_parent(self.campaign, parent, self.campaign.rows())
                 validate(proposal, self.campaign.repo, parent_commit, self.mutable, self.frozen)
+            except Unchanged as err:  # a point the parent already measured: no attempt, and no refusal
+                self.out.event("skipped", f"proposal skipped, not an attempt: {err}", reason=str(err))
+                return REFUSED
             except Rejected as err:
                 reason = str(err)
             except BadInput as err:

@@ -109,7 +109,7 @@ LEDGER_DECIMALS = 6  # results.tsv holds metric_value to 6 decimals: a new value
 DETERMINISTIC = (
     "identical repeats: the runs are deterministic at a fixed seed, so reruns cannot measure seed-to-seed "
     "noise and none is run; to measure it, set `seed:` in campaign.yaml to the seed knob, "
-    "e.g. `seed: --seed` or `seed: train.py:seed`"
+    "e.g. `seed: --seed` or `seed: train.py:seed` (a script without one needs one added first)"
 )
 # what every place says once repeats under different seeds (`seed:` set) of DETERMINISTIC_MIN_COMMITS
 # commits agree exactly: the target ignores its seed, so there is no noise to measure
@@ -285,6 +285,7 @@ class Best:
     row: LedgerRow  # the latest kept row of its commit: the columns `to_dict` shows (log, sigma ...)
     description: str  # the hypothesis, as its commit's first row says it
     status: Status = Status.KEEP  # its commit's decided status: never a candidate row's `discard`
+    confirmed_by: int | None = None  # the rerun that kept it, when its first row was a candidate
 
     @property
     def key(self) -> int:
@@ -323,10 +324,11 @@ class Best:
         return self.row.metric_name
 
     def runs_text(self) -> str:
-        """` (mean of 3 runs: #5, #6, #7)`; "" for a single run."""
+        """` (mean of 3 runs: #5, #6, #7; confirmed by #6)`; "" for a single run."""
         if self.n == 1:
             return ""
-        return f" (mean of {self.n} runs: " + ", ".join(f"#{i}" for i in self.indexes) + ")"
+        confirmed = f"; confirmed by #{self.confirmed_by}" if self.confirmed_by is not None else ""
+        return f" (mean of {self.n} runs: " + ", ".join(f"#{i}" for i in self.indexes) + confirmed + ")"
 
     def describe(self, metric: str = "") -> str:
         """The one line every place prints:
@@ -576,7 +578,9 @@ def best(rows: Iterable[LedgerRow], direction: str, fingerprint: str | None = No
     runs = [members[i] for i in group.indexes]
     shown = [r for r in runs if r.status == Status.KEEP][-1]
     said = [r.description for r in (runs[0], shown)]
-    return Best(group, shown, next((d for d in said if d), ""))
+    first_keep = next(r.index for r in runs if r.status == Status.KEEP)
+    confirmed_by = first_keep if CANDIDATE_FLAG in _flags(runs[0]) else None
+    return Best(group, shown, next((d for d in said if d), ""), confirmed_by=confirmed_by)
 
 
 def better(value: float, than: float, direction: str) -> bool:
