@@ -31,7 +31,7 @@ CAMPAIGN = [
     ("b", 0.960, "keep", "5", "", "3"),
 ]
 B_LINE = (
-    f"#5 keep val_bpb 0.960000 (mean of 3 runs: #5, #6, #7) on autoresearch/x/b @ {COMMITS['b'][:8]}: b idea"
+    f"#5 keep val_bpb 0.960000 (mean of 3 runs: #5, #6, #7; confirmed by #6) on autoresearch/x/b @ {COMMITS['b'][:8]}: b idea"
 )
 
 
@@ -95,7 +95,7 @@ def test_the_best_is_the_confirmed_commit_with_the_best_mean_not_one_lucky_row(r
 def test_ars_ledger_best_prints_the_pooled_mean_and_its_runs(results: Path, tmp_path: Path):
     done = ars(tmp_path, "ledger", "best", str(results), "--direction", "min")
     lines = done.stdout.splitlines()
-    assert lines[0] == "best: val_bpb 0.960000 (mean of 3 runs: #5, #6, #7)"
+    assert lines[0] == "best: val_bpb 0.960000 (mean of 3 runs: #5, #6, #7; confirmed by #6)"
     assert lines[1:] == [
         "index: 5",
         "status: keep",

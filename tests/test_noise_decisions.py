@@ -165,4 +165,4 @@ def test_the_loop_runs_the_owed_reruns_of_the_best_before_it_ends(repo: Path, tm
     assert "rerun of #2 before the end" in out
     table = rows(repo)
     assert [(r.index, r.rerun_of) for r in table] == [(0, ""), (1, "0"), (2, ""), (3, "2")]
-    assert "best: #2 keep val_bpb 0.505000 (mean of 2 runs: #2, #3)" in out
+    assert "best: #2 keep val_bpb 0.505000 (mean of 2 runs: #2, #3; confirmed by #3)" in out
