@@ -136,7 +136,7 @@ def test_the_row_reads_the_metric_from_the_campaigns_metric_source(tmp_path: Pat
     assert "val_loss: 1.250000" in ars(repo, "exp", "baseline").stdout
     out = ars(repo, "exp", "start", "silent", "-m", "writes no metric").stdout
     workdir = Path(out.split("workdir: ")[1].splitlines()[0])
-    (workdir / "metrics.jsonl").unlink()
+    assert not (workdir / "metrics.jsonl").exists()  # the baseline's went to its run's outputs folder
     (workdir / "train.py").write_text(JSONL_TRAIN.replace("WRITE = True", "WRITE = False"))
     ars(repo, "exp", "run")
     row = ledger.read(repo / "reports/auto_research/j/results.tsv")[-1]
