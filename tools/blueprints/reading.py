@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from autoresearch_skills.campaign.pool import GpuSpec, parse_gpu_spec
 from autoresearch_skills.clock import DURATION_PART, format_duration, parse_duration
@@ -136,6 +137,7 @@ _KEYED = re.compile(r"^([A-Za-z][A-Za-z _/-]{0,40}?)\s*:\s*(.*)$")
 _PLACEHOLDER = re.compile(r"<[^\s<>](?:[^<>]*[^\s<>])?>")
 _DURATION_IN_TEXT = re.compile(rf"(?<![\w.])(?:{DURATION_PART}\s*)+", re.IGNORECASE)
 _NA = {"na", "n/a", "none", "-"}
+_FIRST_STEP_PATTERN_KEY = "first step pattern"
 
 
 @dataclass
@@ -282,184 +284,305 @@ def parse(path: str | Path) -> Blueprint:
 
 
 def parse_text(text: str, path: Path) -> Blueprint:
-    shown = str(path)
-    issues: list[Problem] = []
-    title, found, duplicates = _sections(text)
-    items = {name: _items(lines) for name, lines in found.items()}
+    """Read a blueprint's text (`path` names it in problems, and gives the slug when nothing else
+    does). The sections are read in the file's order, so `check` lists the problems top to bottom."""
+    title, lines, duplicates = _sections(text)
+    reading = _Reading(str(path), lines)
+    _check_sections(reading, duplicates)
+    _check_title(reading, title)
+    purpose = _read_purpose(reading)
+    prediction = _read_prediction(reading)
+    name = _read_name(reading)
+    codebase = _read_codebase(reading)
+    # relative paths below are relative to the codebase: the launch command runs there
+    python = _resolve(_path_text(reading.value("exp_venv_exe", "the python path")), codebase)
+    yaml = _read_yaml(reading, codebase)
+    command = _unquote(reading.value("exp_launch_command", "the launch command"))
+    result_dir = _resolve(_path_text(reading.value("exp_result_dir", "the result dir")), codebase)
+    limits = _read_time_limits(reading)
+    notes = _read_notes(reading)
+    gpus = _read_gpus(reading)
+    _report_leftover_placeholders(reading)
+    return Blueprint(
+        path=path,
+        title=title,
+        purpose=purpose,
+        slug=slugify(name) or slugify(" ".join(purpose.split()[:6])) or slugify(path.stem),
+        codebase=codebase,
+        python=python,
+        yaml=yaml,
+        command=command,
+        result_dir=result_dir,
+        max_time_seconds=limits.max_time,
+        gpus=gpus.count if gpus is not None else None,
+        first_step_pattern=limits.first_step_pattern,
+        first_step_timeout_seconds=limits.first_step_timeout,
+        notes=notes,
+        prediction=prediction,
+        devices=gpus.devices if gpus is not None else (),
+        issues=reading.issues,
+    )
 
-    def issue(section: str, message: str, fix: str) -> None:
-        issues.append(Problem(shown, section, message, fix))
 
-    if not any(name in found for name in SECTIONS):
-        issue("", "holds none of the blueprint sections ([exp_purpose] ... [exp_max_time])", _TEMPLATE_HINT)
-    for name in SECTIONS:
-        if name not in found:
-            issue(name, f"section `## [{name}]` is missing", f"add it ({_TEMPLATE_HINT}); {_FIX[name]}")
-    if NOTES not in found:
-        issue(NOTES, "section `## Other Notes` is missing", "add it with `- gpus: N` and the to-do list")
-    for name in sorted(set(duplicates)):
-        issue(name, "section appears twice", "keep one; a reader cannot tell which one counts")
-    if not title:
-        issue("", "has no `# ` title line", "start the file with `# Experiment blueprint: <what it tests>`")
-    elif _PLACEHOLDER.search(title):
-        issue("", f"title is not filled in (still `{title}`)", "name the experiment in the `# ` line")
+@dataclass
+class _Reading:
+    """One blueprint's sections, and the problems found so far in reading them."""
 
-    def filled(name: str, value: str, what: str) -> str:
-        """The value, or "" with an issue when the section is present but empty or a placeholder."""
-        if name not in found:
+    file: str  # as the problems name it
+    lines: dict[str, list[str]]  # section name -> its lines; a section written nowhere is absent
+    items: dict[str, list[_Item]] = field(init=False)
+    issues: list[Problem] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.items = {name: _items(lines) for name, lines in self.lines.items()}
+
+    def problem(self, section: str, message: str, fix: str) -> None:
+        self.issues.append(Problem(self.file, section, message, fix))
+
+    def filled(self, section: str, value: str, what: str) -> str:
+        """`value`, or "" with a problem when the section is there but empty or a placeholder (a
+        missing section is reported once, by `_check_sections`)."""
+        if section not in self.lines:
             return ""
         if not value.strip():
-            issue(name, f"{what} is empty", _FIX[name])
+            self.problem(section, f"{what} is empty", _FIX[section])
             return ""
         if placeholder := _PLACEHOLDER.search(value):
-            issue(name, f"{what} is not filled in (still `{placeholder.group()}`)", _FIX[name])
+            self.problem(section, f"{what} is not filled in (still `{placeholder.group()}`)", _FIX[section])
             return ""
         return value
 
-    # [exp_purpose]
-    purpose_items = items.get("exp_purpose", [])
-    keyed = {item.key: item.value for item in reversed(purpose_items) if item.key}
-    purpose_text = keyed.get("purpose") or keyed.get("hypothesis") or keyed.get("description") or ""
-    if not purpose_text:
-        purpose_text = next((item.value for item in purpose_items if item.key is None), "")
-    purpose = filled("exp_purpose", purpose_text, "the purpose")
-    prediction = keyed.get("prediction", "")
-    prediction = "" if _PLACEHOLDER.search(prediction) else prediction
-    name = keyed.get("name", "")
+    def value(self, section: str, what: str) -> str:
+        """The section's value under one of its `_VALUE_KEYS`, checked by `filled`."""
+        return self.filled(section, _value(self.items.get(section, []), _VALUE_KEYS[section]), what)
+
+    def keyed(self, section: str) -> dict[str, str]:
+        """The section's `key: value` bullets; the first of a key written twice counts."""
+        return {item.key: item.value for item in reversed(self.items.get(section, [])) if item.key}
+
+
+def _check_sections(reading: _Reading, duplicates: list[str]) -> None:
+    """Every section written, and once: a reader cannot tell which of two counts."""
+    if not any(name in reading.lines for name in SECTIONS):
+        what = "holds none of the blueprint sections ([exp_purpose] ... [exp_max_time])"
+        reading.problem("", what, _TEMPLATE_HINT)
+    for name in SECTIONS:
+        if name not in reading.lines:
+            fix = f"add it ({_TEMPLATE_HINT}); {_FIX[name]}"
+            reading.problem(name, f"section `## [{name}]` is missing", fix)
+    if NOTES not in reading.lines:
+        fix = "add it with `- gpus: N` and the to-do list"
+        reading.problem(NOTES, "section `## Other Notes` is missing", fix)
+    for name in sorted(set(duplicates)):
+        reading.problem(name, "section appears twice", "keep one; a reader cannot tell which one counts")
+
+
+def _check_title(reading: _Reading, title: str) -> None:
+    if not title:
+        fix = "start the file with `# Experiment blueprint: <what it tests>`"
+        reading.problem("", "has no `# ` title line", fix)
+    elif _PLACEHOLDER.search(title):
+        fix = "name the experiment in the `# ` line"
+        reading.problem("", f"title is not filled in (still `{title}`)", fix)
+
+
+def _read_purpose(reading: _Reading) -> str:
+    """The hypothesis: `purpose:`, else `hypothesis:` or `description:` (hand-written blueprints use
+    both), else the first bare bullet."""
+    keyed = reading.keyed("exp_purpose")
+    written = keyed.get("purpose") or keyed.get("hypothesis") or keyed.get("description") or ""
+    if not written:
+        written = next((item.value for item in reading.items.get("exp_purpose", []) if item.key is None), "")
+    return reading.filled("exp_purpose", written, "the purpose")
+
+
+def _read_prediction(reading: _Reading) -> str:
+    """The expected outcome; an unfilled one is "" here and reported by `_report_leftover_placeholders`."""
+    prediction = reading.keyed("exp_purpose").get("prediction", "")
+    return "" if _PLACEHOLDER.search(prediction) else prediction
+
+
+def _read_name(reading: _Reading) -> str:
+    """The short name the slug comes from; "" when not written, so the slug comes from the purpose."""
+    name = reading.keyed("exp_purpose").get("name", "")
     if name and (placeholder := _PLACEHOLDER.search(name)):
-        issue(
+        reading.problem(
             "exp_purpose",
             f"name is not filled in (still `{placeholder.group()}`)",
             "write a short name: `- name: math_topk50`",
         )
-        name = ""
-    slug = slugify(name) or slugify(" ".join(purpose.split()[:6])) or slugify(path.stem)
+        return ""
+    return name
 
-    # paths: relative ones are relative to the codebase (the launch command runs there)
-    def section_value(section: str, what: str) -> str:
-        return filled(section, _value(items.get(section, []), _VALUE_KEYS[section]), what)
 
-    codebase_text = _path_text(section_value("exp_codebase_dir", "the code path"))
-    codebase = Path(codebase_text).expanduser() if codebase_text else None
-    if codebase is not None and not codebase.is_absolute():
-        issue(
+def _read_codebase(reading: _Reading) -> Path | None:
+    """The codebase, absolute: a relative one would depend on where `ars` happens to run."""
+    written = _path_text(reading.value("exp_codebase_dir", "the code path"))
+    if not written:
+        return None
+    codebase = Path(written).expanduser()
+    if not codebase.is_absolute():
+        reading.problem(
             "exp_codebase_dir",
             f"{codebase} is not an absolute path",
             f"write it from the root ({codebase.resolve()} if you mean the one under the current folder)",
         )
-        codebase = None
+        return None
+    return codebase
 
-    def resolved(text: str) -> Path | None:
-        if not text:
-            return None
-        candidate = Path(text).expanduser()
-        if candidate.is_absolute():
-            return candidate
-        return codebase / candidate if codebase is not None else None
 
-    python = resolved(_path_text(section_value("exp_venv_exe", "the python path")))
-    yaml_text = _path_text(section_value("exp_yaml_path", "the YAML path"))
-    yaml_path = None if yaml_text.lower() in _NA else resolved(yaml_text)
-    command = _unquote(section_value("exp_launch_command", "the launch command"))
-    result_dir = resolved(_path_text(section_value("exp_result_dir", "the result dir")))
+def _resolve(written: str, codebase: Path | None) -> Path | None:
+    """A path as written, under the codebase when relative; None when there is no path, or when it
+    is relative and the codebase is unknown."""
+    if not written:
+        return None
+    candidate = Path(written).expanduser()
+    if candidate.is_absolute():
+        return candidate
+    return codebase / candidate if codebase is not None else None
 
-    # [exp_max_time]
-    time_items = items.get("exp_max_time", [])
-    max_time_text = section_value("exp_max_time", "the max time")
-    max_time = DEFAULT_MAX_TIME
-    if max_time_text:
-        seconds = _find_duration(max_time_text)
-        if seconds is None or seconds <= 0:
-            issue(
-                "exp_max_time",
-                f"max time `{max_time_text}` does not parse",
-                "write it as 24h, 12 hours or 90m",
-            )
-        else:
-            max_time = seconds
-    first_step_timeout, pattern = DEFAULT_FIRST_STEP_TIMEOUT, DEFAULT_FIRST_STEP_PATTERN
-    step_items = [item for item in time_items if "first step" in (item.key or item.value.lower())]
-    for item in step_items:
-        if item.key == "first step pattern":
-            pattern = _unquote(item.value) or pattern
-            continue
-        if still := _PLACEHOLDER.search(item.value):
-            issue(
-                "exp_max_time",
-                f"the first-step timeout is not filled in (still `{still.group()}`)",
-                "write e.g. `20m`",
-            )
-            continue
-        text = item.value if item.key else item.value.lower().split("first step", 1)[1]
-        seconds = _find_duration(text.split("within", 1)[-1])
-        if seconds is None or seconds <= 0:
-            issue("exp_max_time", f"first step timeout `{item.value}` does not parse", "write it as 20m")
-        else:
-            first_step_timeout = seconds
-        span = re.search(r"`([^`]+)`", item.value) or re.search(r"\(([^()\s]+)\)", item.value)
-        if span and not any(i.key == "first step pattern" for i in step_items):
-            pattern = span.group(1)
-    if first_step_timeout >= max_time and max_time_text:
-        issue(
+
+def _read_yaml(reading: _Reading, codebase: Path | None) -> Path | None:
+    """The training config; None for NA, when the launch command carries every setting."""
+    written = _path_text(reading.value("exp_yaml_path", "the YAML path"))
+    return None if written.lower() in _NA else _resolve(written, codebase)
+
+
+class _TimeLimits(NamedTuple):
+    """What [exp_max_time] says, defaults filled in."""
+
+    max_time: float
+    first_step_timeout: float
+    first_step_pattern: str
+
+
+def _read_time_limits(reading: _Reading) -> _TimeLimits:
+    """[exp_max_time]: the hard limit, and how soon the first training step must show."""
+    max_time, max_time_written = _read_max_time(reading)
+    first_step_timeout, pattern = _read_first_step(reading)
+    # only against a max time that is written: a missing or unfilled one is reported already
+    if max_time_written and first_step_timeout >= max_time:
+        reading.problem(
             "exp_max_time",
             f"the first-step timeout ({format_duration(first_step_timeout)}) is not shorter than the max time "
             f"({format_duration(max_time)})",
             "shorten the first-step timeout (default 20m) or lengthen the max time",
         )
+    return _TimeLimits(max_time, first_step_timeout, pattern)
 
-    # Other Notes
-    notes = list(found.get(NOTES, []))
+
+def _read_max_time(reading: _Reading) -> tuple[float, bool]:
+    """(seconds, whether a max time is written): the default when none is, or it does not parse."""
+    written = reading.value("exp_max_time", "the max time")
+    if not written:
+        return DEFAULT_MAX_TIME, False
+    seconds = _find_duration(written)
+    if seconds is None or seconds <= 0:
+        reading.problem(
+            "exp_max_time", f"max time `{written}` does not parse", "write it as 24h, 12 hours or 90m"
+        )
+        return DEFAULT_MAX_TIME, True
+    return seconds, True
+
+
+def _read_first_step(reading: _Reading) -> tuple[float, str]:
+    """(timeout, pattern) of the first training step, from `first step timeout: 20m` and `first step
+    pattern: ...` lines or a free-form one (`12h; first step (actor/kl_loss:) within 30 min`)."""
+    items = [item for item in reading.items.get("exp_max_time", []) if _is_first_step(item)]
+    timeout = DEFAULT_FIRST_STEP_TIMEOUT
+    quoted: list[str] = []  # patterns written inside the timeout's lines
+    for item in items:
+        if item.key == _FIRST_STEP_PATTERN_KEY:
+            continue
+        if placeholder := _PLACEHOLDER.search(item.value):
+            reading.problem(
+                "exp_max_time",
+                f"the first-step timeout is not filled in (still `{placeholder.group()}`)",
+                "write e.g. `20m`",
+            )
+            continue
+        seconds = _first_step_seconds(item)
+        if seconds is None or seconds <= 0:
+            reading.problem(
+                "exp_max_time", f"first step timeout `{item.value}` does not parse", "write it as 20m"
+            )
+        else:
+            timeout = seconds
+        if pattern := _quoted_pattern(item.value):
+            quoted.append(pattern)
+    return timeout, _first_step_pattern(items, quoted)
+
+
+def _is_first_step(item: _Item) -> bool:
+    """A line about the first step: its key says so, or, for a bare bullet, its text."""
+    return "first step" in (item.key or item.value.lower())
+
+
+def _first_step_seconds(item: _Item) -> float | None:
+    """The timeout in a first-step line: the value of `first step timeout: 20m`; in a free-form line,
+    the duration after "first step" (and after "within", so the pattern's digits are skipped)."""
+    text = item.value if item.key else item.value.lower().split("first step", 1)[1]
+    return _find_duration(text.split("within", 1)[-1])
+
+
+def _quoted_pattern(text: str) -> str | None:
+    """A pattern written inside a first-step timeout's line: `actor/kl_loss:` or (actor/kl_loss:)."""
+    span = re.search(r"`([^`]+)`", text) or re.search(r"\(([^()\s]+)\)", text)
+    return span.group(1) if span else None
+
+
+def _first_step_pattern(items: list[_Item], quoted: list[str]) -> str:
+    """A `first step pattern:` line wins over a pattern quoted in a timeout's line; of several, the
+    last one written counts (an empty `first step pattern:` counts as not written)."""
+    written = [_unquote(item.value) for item in items if item.key == _FIRST_STEP_PATTERN_KEY]
+    if written:
+        return next((pattern for pattern in reversed(written) if pattern), DEFAULT_FIRST_STEP_PATTERN)
+    return quoted[-1] if quoted else DEFAULT_FIRST_STEP_PATTERN
+
+
+def _read_notes(reading: _Reading) -> list[str]:
+    """Other Notes as written, without trailing blank lines."""
+    notes = list(reading.lines.get(NOTES, []))
     while notes and not notes[-1].strip():
         notes.pop()
-    if NOTES in found and not any(line.strip() for line in notes):
-        issue(NOTES, "is empty", "add `- gpus: N`, preparation, clean-up and the to-do list")
-    gpus: int | None = None
-    devices: tuple[int, ...] = ()
-    gpu_item = next((item for item in items.get(NOTES, []) if item.key in ("gpus", "gpu")), None)
-    if gpu_item is None:
-        if NOTES in found:
-            issue(NOTES, "says nothing about GPUs", _GPU_FIX)
-    elif placeholder := _PLACEHOLDER.search(gpu_item.value):
-        issue(NOTES, f"gpus is not filled in (still `{placeholder.group()}`)", "write how many: `- gpus: 4`")
-    else:
-        try:
-            spec = parse_gpus(gpu_item.value)
-            gpus, devices = spec.count, spec.devices
-        except BadInput as err:
-            issue(NOTES, err.message, _GPU_FIX)
+    if NOTES in reading.lines and not any(line.strip() for line in notes):
+        reading.problem(NOTES, "is empty", "add `- gpus: N`, preparation, clean-up and the to-do list")
+    return notes
 
-    # Any other line still holding a template placeholder: the writer skipped it.
-    for section, section_items in items.items():
+
+def _read_gpus(reading: _Reading) -> GpuSpec | None:
+    """The `gpus:` line of Other Notes; None when missing or malformed (reported)."""
+    line = next((item for item in reading.items.get(NOTES, []) if item.key in ("gpus", "gpu")), None)
+    if line is None:
+        if NOTES in reading.lines:
+            reading.problem(NOTES, "says nothing about GPUs", _GPU_FIX)
+        return None
+    if placeholder := _PLACEHOLDER.search(line.value):
+        reading.problem(
+            NOTES, f"gpus is not filled in (still `{placeholder.group()}`)", "write how many: `- gpus: 4`"
+        )
+        return None
+    try:
+        return parse_gpus(line.value)
+    except BadInput as err:
+        reading.problem(NOTES, err.message, _GPU_FIX)
+        return None
+
+
+def _report_leftover_placeholders(reading: _Reading) -> None:
+    """Any other line still holding a template placeholder: the writer skipped it. The lines the
+    sections' own reading checked (`_CONSUMED`) and the template's hints (`_META_KEYS`) are left out."""
+    for section, items in reading.items.items():
         consumed = _CONSUMED.get(section, ())
-        for item in section_items:
+        for item in items:
             if item.key is None or item.key in _META_KEYS or item.key in consumed:
                 continue
             if placeholder := _PLACEHOLDER.search(item.value):
-                issue(
+                reading.problem(
                     section,
                     f"`{item.key}:` still holds `{placeholder.group()}`",
                     "fill it in or delete the line",
                 )
-
-    return Blueprint(
-        path=path,
-        title=title,
-        purpose=purpose,
-        slug=slug,
-        codebase=codebase,
-        python=python,
-        yaml=yaml_path,
-        command=command,
-        result_dir=result_dir,
-        max_time_seconds=max_time,
-        gpus=gpus,
-        first_step_pattern=pattern,
-        first_step_timeout_seconds=first_step_timeout,
-        notes=notes,
-        prediction=prediction,
-        devices=devices,
-        issues=issues,
-    )
 
 
 def _as_int(value) -> int | None:
