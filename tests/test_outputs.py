@@ -384,10 +384,6 @@ def test_ars_output_dir_is_an_absolute_folder_whose_files_end_in_the_rows_output
     assert f"weights: {by_slug(repo)['lr-0-03'].outputs}/model.bin (2.0 KB)" in out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a candidate's rerun opens in a free worktree other than the one its branch is checked out in",
-)
 def test_a_parallel_seeded_grid_reruns_a_candidate_whose_branch_sits_in_the_other_worktree(tmp_path: Path):
     repo = project(tmp_path, TRAIN.replace(" + SEED / 1000", ""))  # the seed does not move the metric
     (repo / "out").mkdir()
@@ -467,9 +463,6 @@ def test_collect_leaves_tool_folders_alone(checkout: Path, tmp_path: Path):
     assert (checkout / ".venv/lib/site.py").exists()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a changed file the checkout held before is copied again, as out/ckpt.pt.1"
-)
 def test_collect_twice_collects_nothing_more(checkout: Path, tmp_path: Path):
     runoutputs.snapshot(checkout, tmp_path / "before.json")
     (checkout / "out/new.pt").write_bytes(b"new")

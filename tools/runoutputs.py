@@ -91,17 +91,18 @@ def collect(
         return []
     held = read_snapshot(before)
     now = untracked(workdir, skip)
+    kept = _folders_holding(held)
     moved: list[str] = []
     for rel, seen in sorted(now.items()):
-        if held.get(rel) == seen:
+        if held.get(rel) == seen or _copied_already(into / rel, seen):
             continue
         source, target = workdir / rel, _free_path(into / rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         if rel in held or shared:
-            shutil.copy2(source, target, follow_symlinks=False)
+            shutil.copy2(source, target, follow_symlinks=False)  # keeps the modification time
         else:
             _move(source, target)
-            _remove_empty_parents(source.parent, workdir, held)
+            _remove_empty_parents(source.parent, workdir, kept)
         moved.append(rel)
     return moved
 
@@ -151,13 +152,32 @@ def _free_path(target: Path) -> Path:
     return free
 
 
-def _remove_empty_parents(folder: Path, workdir: Path, held: Listing) -> None:
+def _copied_already(target: Path, seen: tuple[int, int]) -> bool:
+    """An earlier collect copied this very file here (same size and modification time): a second
+    collect after a kill takes nothing twice."""
+    try:
+        stat = target.lstat()
+    except OSError:
+        return False
+    return (stat.st_size, stat.st_mtime_ns) == seen
+
+
+def _folders_holding(held: Listing) -> set[str]:
+    """Every folder (and its parents) that held a file before the run, as relative paths."""
+    folders: set[str] = set()
+    for rel in held:
+        folder = os.path.dirname(rel)
+        while folder and folder not in folders:
+            folders.add(folder)
+            folder = os.path.dirname(folder)
+    return folders
+
+
+def _remove_empty_parents(folder: Path, workdir: Path, kept: set[str]) -> None:
     """Remove the folders the run made that moving its files left empty (never one that held a file
     before the run, never the checkout itself)."""
-    kept = {Path(rel).parent for rel in held}
     while folder != workdir and folder.is_relative_to(workdir):
-        rel = folder.relative_to(workdir)
-        if any(k == rel or k.is_relative_to(rel) for k in kept):
+        if str(folder.relative_to(workdir)) in kept:
             return
         try:
             folder.rmdir()

@@ -40,10 +40,13 @@ def _seconds(text: str | None, option: str = "--timeout") -> float | None:
 
 
 def _result_facts(ended: scheduler.Ended) -> dict:
+    """A finished run as `--json` shows it to whoever chooses the next idea: without the held-out
+    value, which is shown at the end only."""
+    result = {k: v for k, v in ended.result.to_json().items() if k != "holdout"}
     return {
         "key": ended.key,
-        "result": ended.result.to_json(),
-        "row": ended.row.to_dict() if ended.row else None,
+        "result": result,
+        "row": ended.row.to_dict(holdout=False) if ended.row else None,
     }
 
 

@@ -57,7 +57,7 @@ def check_out(campaign: Campaign, state: CampaignState, experiment: Experiment) 
     # An opening interrupted after its worktree was made keeps that worktree.
     worktree = Path(experiment.workdir) if experiment.workdir else None
     if worktree is None or worktree == campaign.repo or not (worktree / ".git").exists():
-        worktree = _free_worktree(campaign, state, experiment.key)
+        worktree = _free_worktree(campaign, state, experiment.key, checkout)
     if worktree is None:
         used = {p.name for p in worktrees_dir(campaign).glob("wt-*")}
         n = 1
@@ -98,12 +98,19 @@ def _in_place_allowed(campaign: Campaign, state: CampaignState, key: str) -> boo
     return not state.holding(campaign.repo, but=key)
 
 
-def _free_worktree(campaign: Campaign, state: CampaignState, key: str) -> Path | None:
+def _free_worktree(campaign: Campaign, state: CampaignState, key: str, checkout: str) -> Path | None:
+    """A worktree no experiment holds: the one that has `checkout` checked out already when there is
+    one (git checks a branch out in one place only: a rerun of a branch another free worktree holds
+    must go there), else the first."""
     root = worktrees_dir(campaign)
-    for path in sorted(root.glob("wt-*"), key=lambda p: int(p.name[3:]) if p.name[3:].isdigit() else 0):
-        if (path / ".git").exists() and not state.holding(path, but=key):
-            return path
-    return None
+    free = [
+        path
+        for path in sorted(root.glob("wt-*"), key=lambda p: int(p.name[3:]) if p.name[3:].isdigit() else 0)
+        if (path / ".git").exists() and not state.holding(path, but=key)
+    ]
+    holding = [path for path in free if checked_out_at(str(path), checkout)]
+    chosen = holding or free
+    return chosen[0] if chosen else None
 
 
 def switch(workdir: Path, checkout: str) -> None:
