@@ -112,7 +112,13 @@ def test_swarm_shares_the_pool_stops_a_silent_start_and_relaunches_after_a_fix(t
     )  # fmt: skip
     trial_log = result_dir(repo, "alpha") / "trial_log.md"
     give_up = time.monotonic() + 30
-    while not (trial_log.exists() and "## Attempt 1" in trial_log.read_text()):
+    started = "started: alpha: attempt 1 started in tmux session ajet_alpha"
+    # the trial log says so a moment before the runner prints it: kill once both are there
+    while not (
+        trial_log.exists()
+        and "## Attempt 1" in trial_log.read_text()
+        and started in (tmp_path / "first.out").read_text()
+    ):
         assert runner.poll() is None and time.monotonic() < give_up, (tmp_path / "first.out").read_text()
         time.sleep(0.05)
     os.kill(runner.pid, signal.SIGKILL)
