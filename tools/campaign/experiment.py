@@ -889,7 +889,13 @@ def _record(
         experiment.row_at = len(rows)  # where this attempt's row goes (appends hold the lock)
         campaign.state.save(state)
         seeding.unwrite_seed(campaign, experiment)  # a run's seed is never committed
-        outputs = collect_outputs(campaign, experiment)  # before the row: a kill here collects again
+        try:
+            outputs = collect_outputs(campaign, experiment)  # before the row: a kill here collects again
+        except OSError as err:  # outputs left where the run wrote them never cost the row
+            notices.warn(
+                f"warning: {experiment.key}: outputs not collected, left in {experiment.workdir}: {err}"
+            )
+            outputs = ""
         row = _append_row(campaign, experiment, result, status, cause, reason or "", outputs)
     # The row is durable before any branch moves (ratchet) or the state forgets the run.
     if (
