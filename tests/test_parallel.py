@@ -511,7 +511,7 @@ def test_a_row_reaped_while_waiting_for_another_experiment_is_reported_by_the_ne
 
 
 def test_a_queued_experiment_never_runs_past_the_deadline(repo: Path):
-    init_campaign(repo, "--parallel", "1", stop="8s total")
+    init_campaign(repo, "--parallel", "1", stop="12s total")
     ars(repo, "exp", "baseline")
     start(repo, "a", "0.02", "60")
     start(repo, "b", "0.05", "60")
