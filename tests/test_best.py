@@ -30,9 +30,7 @@ CAMPAIGN = [
     ("b", 0.960, "keep", "5", "", "2"),
     ("b", 0.960, "keep", "5", "", "3"),
 ]
-B_LINE = (
-    f"#5 keep val_bpb 0.960000 (mean of 3 runs: #5, #6, #7; confirmed by #6) on autoresearch/x/b @ {COMMITS['b'][:8]}: b idea"
-)
+B_LINE = f"#5 keep val_bpb 0.960000 (mean of 3 runs: #5, #6, #7; confirmed by #6) on autoresearch/x/b @ {COMMITS['b'][:8]}: b idea"
 
 
 def engine_row(

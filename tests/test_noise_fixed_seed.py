@@ -74,7 +74,10 @@ def test_a_fixed_seed_baseline_stops_after_two_identical_runs_and_says_why(tmp_p
     estimate = noise.estimate(book.rows(), FP)
     assert estimate.deterministic and estimate.describe() == f"{noise.DETERMINISTIC} (2 runs of 1 commit)"
     assert "fixed seed" in noise.DETERMINISTIC and "seed-to-seed noise" in noise.DETERMINISTIC
-    assert "`seed: --seed` or `seed: train.py:seed` (a script without one needs one added first)" in noise.DETERMINISTIC
+    assert (
+        "`seed: --seed` or `seed: train.py:seed` (a script without one needs one added first)"
+        in noise.DETERMINISTIC
+    )
 
 
 def test_a_better_number_at_a_fixed_seed_is_kept_without_a_claim_and_not_rerun(tmp_path: Path):

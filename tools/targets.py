@@ -79,6 +79,11 @@ FILE_TEMPLATES = {
         "a campaign that tunes knobs with a model, then proposes diffs when tuning stalls, for tiny-lm",
         "export OPENAI_API_KEY=..., edit it, then: ars campaign validate {file} && ars campaign run {file}",
     ),
+    "campaign-optuna": (
+        "campaign-optuna.yaml",
+        "a campaign where Optuna's samplers (TPE by default) propose knob values and learn from results, for tiny-lm",
+        "pip install 'autoresearch-skills[optuna]', edit it, then: ars campaign validate {file} && ars campaign run {file}",
+    ),
     "blueprint-plan": (
         "blueprint-plan.yaml",
         "a plan of several experiment blueprints, for `ars blueprint new --from`",

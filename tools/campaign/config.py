@@ -32,6 +32,7 @@ from typing import TypeVar
 
 from autoresearch_skills import commandline, gitflow, knobs, worktreeinclude
 from autoresearch_skills.campaign import llm
+from autoresearch_skills.campaign.optuna_policy import OptunaPolicy
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.pool import parse_devices
@@ -277,6 +278,9 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
             if not (repo / settings.program).is_file():
                 result.problems.append(f"{where}: `policy.program` names {settings.program}, which does not exist in {repo}")  # fmt: skip
         return
+    if isinstance(policy, OptunaPolicy):
+        _check_space_knobs(data, policy, mutable, repo, where, result)
+        return
     if not isinstance(policy, StaticPolicy):
         return
     try:
@@ -311,6 +315,23 @@ def _check_policy(data: dict, repo: Path, where: str, result: Validation) -> Non
                 refused.add(name)
                 result.problems.append(f"{where}: policy: {label}: {err}")
     _check_precedence(data, in_files, settings.args, where, result)
+
+
+def _check_space_knobs(
+    data: dict, policy: OptunaPolicy, mutable: list[str], repo: Path, where: str, result: Validation
+) -> None:
+    """Every `space:` knob held by one mutable file and taking the values its range gives (a float
+    range over an integer knob is refused here, not by every proposal of the night)."""
+    files = knob_files(mutable, lambda path: _mutable_source(repo, path))
+    in_files: dict[str, str] = {}
+    for name, values in policy.bounds().items():
+        try:
+            in_files[name] = knobs.locate(name, files)
+            for value in values:
+                apply_set(files, {name: value})
+        except (knobs.KnobError, Rejected) as err:
+            result.problems.append(f"{where}: policy.space: {err}")
+    _check_precedence(data, in_files, policy.settings.args, where, result)
 
 
 def _check_precedence(

@@ -17,18 +17,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+OPTUNA_SAMPLERS = ("tpe", "cmaes", "gp", "qmc", "random", "nsga2")  # `sampler:` (campaign/optuna_policy.py)
+
 
 @dataclass
 class PolicySettings:
     """A campaign's `policy:`. The help of each key is POLICY's (references/campaign-settings.md)."""
 
     # fmt: off
-    kind: str                                                # queue grid random command llm llm_diff hybrid
+    kind: str                                                # queue grid random command llm llm_diff hybrid optuna
     queue: list[dict[str, Any]] = field(default_factory=list)  # queue: the hypotheses, in order
     space: dict[str, Any] = field(default_factory=dict)      # knobs of the mutable files and their values
     args: dict[str, Any] = field(default_factory=dict)       # command-line arguments and their values
-    samples: int = 8                                         # random: how many draws
-    seed: int = 0                                            # random: the draws repeat from one seed
+    samples: int | None = None                               # random: draws (unset: 8); optuna: trials (unset: no cap)
+    seed: int = 0                                            # random, optuna: the draws repeat from one seed
+    sampler: str = "tpe"                                     # optuna: the sampler that proposes
     command: str | list[str] | None = None                   # command: the external proposer
     program: str = "program.md"                              # the research program a proposer reads
     timeout: float = 900.0                                   # command: seconds the proposer may think
@@ -54,6 +57,11 @@ class PolicySettings:
         nothing after it takes its default."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in known and value is not None})
+
+    @property
+    def draws(self) -> int:
+        """random: how many draws (`samples`; unset: 8, a small first look at a space)."""
+        return 8 if self.samples is None else self.samples
 
     def to_mapping(self) -> dict[str, Any]:
         """The mapping campaign.yaml holds: `kind`, then each key whose value is not its default."""

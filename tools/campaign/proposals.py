@@ -11,6 +11,8 @@ Policies (the `policy:` block of a campaign file):
     llm       a model behind an OpenAI-compatible endpoint proposes knob values (campaign/llm.py)
     llm_diff  the model proposes a unified diff of the mutable files, checked before it is used
     hybrid    knob values first, diffs once the campaign stalls, knob values again when diffs fail
+    optuna    Optuna's samplers (TPE, CMA-ES, GP, QMC ...) propose knob values of `space:` and `args:`
+              and learn from the ledger through ask-and-tell (campaign/optuna_policy.py)
 
 Every policy answers with the one `Proposal` record (campaign/hypothesis.py, which also checks a
 proposal and applies it), so the loop treats them all alike: it validates each proposal, feeds a
@@ -28,7 +30,7 @@ import subprocess
 from collections.abc import Iterator
 
 from autoresearch_skills import knobs
-from autoresearch_skills.campaign import llm
+from autoresearch_skills.campaign import llm, optuna_policy
 from autoresearch_skills.campaign.hypothesis import (
     Policy,
     Proposal,
@@ -128,7 +130,7 @@ class StaticPolicy(Policy):
             draws: Iterator[dict] = _grid(both)
         else:
             rng = random.Random(self.settings.seed)
-            count = self.settings.samples
+            count = self.settings.draws
             draws = ({key: _draw(spec, rng) for key, spec in both.items()} for _ in range(count))
         for values in draws:
             yield _proposal(
@@ -180,4 +182,8 @@ def make_policy(settings: PolicySettings, attempted_slugs: set[str]) -> Policy:
         return CommandPolicy(settings, attempted_slugs)
     if kind in llm.KINDS:
         return llm.make(settings, attempted_slugs)
-    raise BadInput(f"policy.kind must be queue, grid, random, command, {', '.join(llm.KINDS)} (got {kind!r})")
+    if kind == optuna_policy.KIND:
+        return optuna_policy.make(settings, attempted_slugs)
+    raise BadInput(
+        f"policy.kind must be queue, grid, random, command, {', '.join(llm.KINDS)}, optuna (got {kind!r})"
+    )

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
-from autoresearch_skills.campaign.policy_settings import PolicySettings
+from autoresearch_skills.campaign.policy_settings import OPTUNA_SAMPLERS, PolicySettings
 from autoresearch_skills.campaign.pool import GPU_SPELLINGS, Pool, parse_gpu_spec
 from autoresearch_skills.clock import parse_duration
 from autoresearch_skills.errors import BadInput
@@ -517,12 +517,13 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
 ])
 
 POLICY: dict[str, Key] = _declared(PolicySettings, [
-    Key("kind", choice("queue", "grid", "random", "command", "llm", "llm_diff", "hybrid"), "queue, grid, random, command; llm (a model proposes knob values), llm_diff (a model proposes diffs), hybrid (knob values, then diffs when the campaign stalls)", required=True, where="file"),
+    Key("kind", choice("queue", "grid", "random", "command", "llm", "llm_diff", "hybrid", "optuna"), "queue, grid, random, command; llm (a model proposes knob values), llm_diff (a model proposes diffs), hybrid (knob values, then diffs when the campaign stalls); optuna (Optuna's samplers propose knob values and learn from the results; `pip install 'autoresearch-skills[optuna]'`)", required=True, where="file"),
     Key("queue", policy_queue(), "queue: the hypotheses, in order", where="file"),
-    Key("space", mapping(), "grid, random, llm, hybrid: knobs of the mutable files and their values: a top-level Python name as written (learning_rate), a dotted YAML/JSON/TOML key (optimizer.lr); `file:name` when several files hold it; llm without a space: any knob of the mutable files", where="file"),
-    Key("args", mapping(), "grid, random, llm, hybrid: command-line arguments and their values, written into the command (`args_style`; a key written `-n` or `--lr` is its own flag)", where="file"),
-    Key("samples", integer(1), "random: how many draws", where="file"),
-    Key("seed", integer(), "random: the seed of the draws", where="file"),
+    Key("space", mapping(), "grid, random, llm, hybrid, optuna: knobs of the mutable files and their values: a top-level Python name as written (learning_rate), a dotted YAML/JSON/TOML key (optimizer.lr); `file:name` when several files hold it; llm without a space: any knob of the mutable files; optuna: a list (categorical), {low, high} (a float range), {low, high, log: true}, {low, high, step}, integer bounds for an integer range", where="file"),
+    Key("args", mapping(), "grid, random, llm, hybrid, optuna: command-line arguments and their values, written into the command (`args_style`; a key written `-n` or `--lr` is its own flag)", where="file"),
+    Key("samples", integer(1), "random: how many draws (unset: 8); optuna: the most trials proposed (unset: until the stop rule)", where="file"),
+    Key("seed", integer(), "random, optuna: the seed of the draws", where="file"),
+    Key("sampler", choice(*OPTUNA_SAMPLERS), "optuna: the sampler: tpe (with a constant liar for parallel runs), cmaes (needs cmaes), gp (needs torch and scipy), qmc (needs scipy), random, nsga2", where="file"),
     Key("command", command_line(), "command: the external proposer (JSON in on stdin, one proposal out)", where="file"),
     Key("program", text(), "command, llm, llm_diff, hybrid: the research program the proposer reads", where="file"),
     Key("timeout", number(above=0), "command: seconds the proposer may think", where="file"),
