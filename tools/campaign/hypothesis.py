@@ -211,6 +211,10 @@ class Policy:
     def next(self, context: dict, feedback: str | None = None) -> Proposal | None:
         raise NotImplementedError
 
+    def observe(self, context: dict) -> None:
+        """Learn from the results recorded since the last proposal, without proposing (the loop calls
+        it as it ends); a policy that learns only when asked does nothing here."""
+
 
 def patched_texts(repo: Path, parent_commit: str, patch: str, paths: list[str]) -> dict[str, str | None]:
     """Each of `paths` as the parent commit holds it after `patch` (None: the patch deletes it).

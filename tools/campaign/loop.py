@@ -248,6 +248,7 @@ class Loop:
         self.exhausted = False
         self.broken: Row | None = None  # the baseline's failed row, when no run of it finished
         self.refused_in_a_row = 0  # proposals given up in a row (each after its retries)
+        self.learner: Policy | None = None  # the policy proposing now, told the last results at the end
         self.refusal: str | None = None  # why the loop stopped asking: the last refusal
         self.cancelled: set[str] = set()
         self.latest: dict[str, str] = {}
@@ -284,6 +285,7 @@ class Loop:
                 return self.finish()
             in_flight = {e.slug for e in self.in_flight()}
             policy = make_policy(self.policy, {Path(r.branch).name for r in self.campaign.rows()} | in_flight)
+            self.learner = policy
             while True:
                 if not self.interrupts.requested and not self.exhausted and self.go_on(quiet=True):
                     self.fill_slots(policy)
@@ -624,6 +626,11 @@ class Loop:
     def finish(self) -> int:
         from autoresearch_skills.campaign.finish import wrap_up
 
+        if self.learner is not None:
+            try:
+                self.learner.observe(self.context())  # the results since its last proposal
+            except (OSError, BadInput, Rejected) as err:  # learning late never fails the end
+                self.out.event("warning", f"the policy could not take up the last results: {err}")
         verdict = self.campaign.verdict()
         if self.interrupts.requested:
             self.out.event("stopped", "stopped on interrupt; resume with `ars campaign resume`")

@@ -378,6 +378,12 @@ class OptunaPolicy(Policy):
         else:
             study.tell(number, float(outcome), skip_if_finished=True)
 
+    def observe(self, context: dict) -> None:
+        """Tell the study what ended since the last ask (the loop's end: a resume that asks nothing
+        more still tells the last results)."""
+        in_flight = context["in_flight"]
+        self.tell_finished(self.study_for(context), context["ledger"], in_flight, given_up=set())
+
     def tell_at_exit(self) -> None:
         """The runs that ended after the last ask, told from the ledger as the process exits.
         Nothing in flight is known here, so only trials with recorded rows are told."""
