@@ -479,3 +479,17 @@ def test_a_launch_cut_short_keeps_its_log_and_devices_and_a_cluster_is_asked_for
     assert spec.log_path == Path("/results/lr/002-lr.log")
     assert spec.resources == {"partition": "gpu", "mem": "64G", "gpus": "4"}
     assert "CUDA_VISIBLE_DEVICES" not in spec.env and spec.env["SEED"] == "3"
+
+
+def test_the_same_change_from_the_same_parent_is_refused_naming_the_earlier_attempt(repo: Path):
+    init_campaign(repo, "--baseline-repeats", "1", stop="10 experiments or 1h total, 1m each")
+    ars(repo, "exp", "baseline")
+    experiment(repo, "lr-3x", "0.03", parent="baseline")
+    workdir = start(repo, "lr-again", "-m", "LR -> 0.03 again", "--parent", "baseline")  # the same edit
+    set_constant(workdir, "LR", "0.03")
+    refused = ars(repo, "exp", "run", code=2)
+    assert "already tried as #1 lr-3x: keep 1" in refused.stderr
+    assert "`ars exp rerun lr-3x`" in refused.stderr and len(rows(repo)) == 2  # nothing ran
+    set_constant(workdir, "LR", "0.04")  # another value is another idea
+    ars(repo, "exp", "run")
+    assert [Path(r.branch).name for r in rows(repo)] == ["baseline", "lr-3x", "lr-again"]

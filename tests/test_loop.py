@@ -378,3 +378,15 @@ def test_a_run_whose_runner_dies_twice_is_recorded_as_a_crash(repo: Path):
     assert [(Path(r.branch).name, r.status) for r in table] == [("baseline", "keep"), ("lr-0", "crash")]
     assert table[1].cause is CrashCause.RUNNER_DIED and "runner died" in table[1].reason
     assert no_training_processes(repo)
+
+
+def test_a_queue_item_tried_before_from_the_same_parent_is_skipped_naming_it(repo: Path):
+    queue = [
+        {"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}, "parent": "baseline"},
+        {"slug": "same-again", "description": "LR 0.02 once more", "set": {"LR": 0.02}, "parent": "baseline"},
+    ]
+    path = write_campaign(repo, {"kind": "queue", "queue": queue})
+    out = ars(repo, "campaign", "run", str(path), code=1).stdout
+    assert [Path(r.branch).name for r in rows(repo) if not r.rerun_of] == ["baseline", "higher-lr"]
+    assert "proposal skipped, not an attempt: same-again: already tried as #" in out
+    assert "higher-lr (keep) from the same parent" in out

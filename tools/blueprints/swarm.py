@@ -488,7 +488,9 @@ class Swarm:
 
     def _request(self, bp: Blueprint, key: str) -> None:
         try:
-            record = experiment.request_run(self.campaign, key)
+            record = experiment.request_run(
+                self.campaign, key, refuse_repeats=False
+            )  # a blueprint is the user's own choice
         except StopConditionMet as err:
             self._event("paused", bp, f"{bp.slug}: not started: {err.message}")
             return

@@ -509,10 +509,16 @@ def launcher_for(campaign: Campaign) -> Launcher:
 
 
 def request_run(
-    campaign: Campaign, ref: str | None = None, timeout: float | None = None, force: bool = False
+    campaign: Campaign,
+    ref: str | None = None,
+    timeout: float | None = None,
+    force: bool = False,
+    refuse_repeats: bool = True,
 ) -> Experiment:
     """Commit pending edits, check the stop rules, and ask for a slot: the experiment is
-    launched at once when one is free, else queued (phase `queued`). Returns the experiment."""
+    launched at once when one is free, else queued (phase `queued`). Returns the experiment.
+    `refuse_repeats`: an idea tried before from the same parent is refused (`tried_before`); the
+    loop checks its proposals before it opens them, so it passes False."""
     with transaction(campaign) as state:
         experiment = select(state, ref, phases=(Phase.OPEN,), verb="run")
         adopt_unrecorded_commits(campaign, state, experiment)
@@ -543,11 +549,53 @@ def request_run(
             what = "commit the fix first" if experiment.fixup else "edit files for the hypothesis, then run"
             raise BadInput(f"experiment {experiment.key!r} has no change yet: {what}")
         _refuse_frozen_edits(state, experiment)
+        if (
+            refuse_repeats
+            and experiment.slug != "baseline"
+            and not experiment.is_rerun
+            and not experiment.fixup
+        ):
+            _refuse_repeat(campaign, experiment)
         experiment.phase, experiment.queued_at = Phase.QUEUED, now_iso()
         experiment.requested_timeout, experiment.forced = timeout, force or owed
         campaign.state.save(state)
         launch_queued(campaign)
         return campaign.state.read().experiments[experiment.key]
+
+
+def tried_before(campaign: Campaign, experiment: Experiment) -> Row | None:
+    """The first row of an earlier attempt of the same idea: the same parent, the same files (its
+    commit's tree, compared, never its message), the same command as written and the same
+    command-line knobs. None when the idea is new."""
+    commit = experiment.commits[-1] if experiment.commits else None
+    if commit is None:
+        return None
+    repo = campaign.repo
+    tree = gitflow.git(repo, "rev-parse", f"{commit}^{{tree}}", check=False)
+    command = experiment.command(campaign.settings.command)
+    for row in campaign.rows():
+        if row.rerun_of or row.retry_of or row.parent_commit != experiment.parent_commit or not row.commit:
+            continue
+        if row.commit == commit or row.recipe != command:
+            continue
+        if gitflow.git(repo, "rev-parse", f"{row.commit}^{{tree}}", check=False) != tree:
+            continue
+        if recorded_args(repo, row.parent_commit, row.commit) == experiment.args:
+            return row
+    return None
+
+
+def _refuse_repeat(campaign: Campaign, experiment: Experiment) -> None:
+    earlier = tried_before(campaign, experiment)
+    if earlier is None:
+        return
+    name = Path(earlier.branch).name
+    value = f" {earlier.metric_value:.6g}" if earlier.status.is_finished() else ""
+    runs = [r for r in campaign.rows() if r.commit == earlier.commit]
+    raise BadInput(
+        f"already tried as #{earlier.index} {name}: {earlier.status}{value} ({len(runs)} run(s)), from the same "
+        f"parent with the same change; to run it again use `ars exp rerun {name}`, or change the idea"
+    )
 
 
 def _owed_at_end(campaign: Campaign, state: CampaignState, experiment: Experiment, verdict: Verdict) -> bool:

@@ -374,7 +374,7 @@ class Loop:
 
     def launch(self, key: str) -> None:
         try:
-            record = experiment.request_run(self.campaign, key)
+            record = experiment.request_run(self.campaign, key, refuse_repeats=False)
         except StopConditionMet:
             experiment.record(
                 self.campaign,
@@ -419,6 +419,7 @@ class Loop:
                 parent = proposal.parent or self.parent
                 parent_commit = experiment.resolve_parent(self.campaign, parent, self.campaign.rows())
                 validate(proposal, self.campaign.repo, parent_commit, self.mutable, self.frozen)
+                self.refuse_tried(proposal, parent_commit)
             except Unchanged as err:  # a point the parent already measured: no attempt, and no refusal
                 self.out.event("skipped", f"proposal skipped, not an attempt: {err}", reason=str(err))
                 return REFUSED
@@ -441,6 +442,19 @@ class Loop:
             self.refusal = feedback
             return None
         return REFUSED
+
+    def refuse_tried(self, proposal: Proposal, parent_commit: str) -> None:
+        """Unchanged when these knob values were tried from the same parent already (the rows'
+        `knobs` column): checked before anything is created."""
+        values = {**proposal.set, **proposal.args}
+        if not values or proposal.patch:
+            return
+        for row in self.campaign.rows():
+            if not row.rerun_of and row.parent_commit == parent_commit and row.knob_values() == values:
+                raise Unchanged(
+                    f"{proposal.slug}: already tried as #{row.index} {Path(row.branch).name} ({row.status}) "
+                    "from the same parent"
+                )
 
     def open(self, proposal: Proposal, parent: str) -> str:
         record = experiment.start(
