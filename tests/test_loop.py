@@ -390,3 +390,19 @@ def test_a_queue_item_tried_before_from_the_same_parent_is_skipped_naming_it(rep
     assert [Path(r.branch).name for r in rows(repo) if not r.rerun_of] == ["baseline", "higher-lr"]
     assert "proposal skipped, not an attempt: same-again: already tried as #" in out
     assert "higher-lr (keep) from the same parent" in out
+
+
+def test_ars_campaign_tried_lists_each_knob_value_with_its_outcome_and_free_edits_by_file(repo: Path):
+    queue = [
+        {"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}},
+        {"slug": "wider", "description": "WIDTH 64 -> 96", "patch": PATCH_WIDTH, "parent": "baseline"},
+    ]
+    ars(repo, "campaign", "run", str(write_campaign(repo, {"kind": "queue", "queue": queue})), code=1)
+    lines = ars(repo, "campaign", "tried").stdout.splitlines()
+    assert lines[0] == "knob LR:" and lines[1].startswith("  0.02: #1 higher-lr: keep ")
+    assert lines[2] == "files train.py:" and lines[3].startswith("  #2 wider: discard ")
+    data = json.loads(ars(repo, "campaign", "tried", "--json").stdout)
+    assert [(e["value"], e["name"], e["status"]) for e in data["knobs"]["LR"]] == [
+        (0.02, "higher-lr", "keep")
+    ]
+    assert [e["name"] for e in data["files"]["train.py"]] == ["wider"]

@@ -16,6 +16,7 @@ from autoresearch_skills.campaign import lineage, noise
 from autoresearch_skills.campaign.settings import SETTINGS, Key
 from autoresearch_skills.campaign.status import status_facts
 from autoresearch_skills.campaign.store import create, find
+from autoresearch_skills.campaign.tried import tried
 from autoresearch_skills.errors import BadInput, run_cli
 from autoresearch_skills.gitflow import TreeState
 
@@ -196,6 +197,38 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
             )
         click.echo(facts["verdict"])
     raise SystemExit(0 if facts["should_continue"] else 1)
+
+
+@cli.command("tried")
+@click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+@click.option(
+    "--json", "as_json", is_flag=True, help="the same, as data: knobs and files, each with its attempts"
+)
+def tried_cmd(ref: str | None, as_json: bool) -> None:
+    """What was tried, to read before proposing: each knob's values with their outcome (the mean
+    of the attempt's runs) and the parent they were tried from; changes without knob values by the
+    files they touched. `ars exp run` refuses the same change from the same parent.
+
+    \b
+    Examples:
+      ars campaign tried
+      ars campaign tried --campaign lr-sweep --json
+
+    \b
+    Output:
+      knob LR:
+        0.02: #1 lr-0-02: keep 1.1 (2 runs) from 1a2b3c4d
+        0.05: #3 lr-0-05: discard 1.2 from 1a2b3c4d
+      files model.py:
+        #4 swiglu: crash from 5e6f7a8b
+    """
+    campaign = find(ref)
+    found = tried(campaign.rows(), campaign.repo)
+    if as_json:
+        click.echo(json.dumps(found.to_dict(), indent=2, default=str))
+        return
+    for line in found.lines():
+        click.echo(line)
 
 
 @cli.command("tree")
