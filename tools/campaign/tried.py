@@ -17,6 +17,7 @@ from typing import Any
 from autoresearch_skills import gitflow
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.ledger import Row
+from autoresearch_skills.outcome import Status
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def tried(rows: Sequence[Row], repo: Path) -> Tried:
         attempt = Attempt(
             index=row.index,
             name=Path(row.branch).name,
-            status="keep" if group and group.kept else str(row.status),
+            status=str(Status.KEEP if group and group.kept else row.status),
             mean=group.mean if group else None,
             runs=group.n if group else 1,
             parent=row.parent_commit[:8],
