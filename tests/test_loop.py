@@ -406,3 +406,23 @@ def test_ars_campaign_tried_lists_each_knob_value_with_its_outcome_and_free_edit
         (0.02, "higher-lr", "keep")
     ]
     assert [e["name"] for e in data["files"]["train.py"]] == ["wider"]
+
+
+def test_any_campaign_exports_as_an_optuna_study_one_trial_per_attempt(repo: Path):
+    optuna = pytest.importorskip("optuna", reason="the optuna extra is not installed")
+    queue = [
+        {"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}},
+        {"slug": "odd-width", "description": "WIDTH 63 crashes", "set": {"WIDTH": 63}},
+    ]
+    ars(repo, "campaign", "run", str(write_campaign(repo, {"kind": "queue", "queue": queue})), code=1)
+    out = ars(repo, "campaign", "export", "--optuna").stdout
+    storage = out.split(" in ", 1)[1].split("\n", 1)[0]
+    study = optuna.load_study(study_name="loop", storage=storage)
+    by_branch = {Path(t.user_attrs["branch"]).name: t for t in study.trials}
+    assert set(by_branch) == {"baseline", "higher-lr", "odd-width"}  # reruns are runs of their attempt
+    table = {Path(r.branch).name: r for r in rows(repo) if not r.rerun_of}
+    assert by_branch["higher-lr"].params == {"LR": 0.02}
+    assert by_branch["higher-lr"].value == pytest.approx(table["higher-lr"].metric_value)
+    assert by_branch["odd-width"].state == optuna.trial.TrialState.FAIL
+    again = ars(repo, "campaign", "export", "--optuna").stdout  # written anew, never doubled
+    assert "(3 trial(s))" in again and len(optuna.load_study(study_name="loop", storage=storage).trials) == 3

@@ -199,6 +199,34 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
     raise SystemExit(0 if facts["should_continue"] else 1)
 
 
+@cli.command("export")
+@click.option(
+    "--optuna", "to_optuna", is_flag=True, required=True, help="write the attempts as an Optuna study"
+)
+@click.option("--storage", help="an Optuna storage URL (default: sqlite:///<campaign folder>/study.db)")
+@click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+def export_cmd(to_optuna: bool, storage: str | None, ref: str | None) -> None:
+    """Write the campaign's attempts, whatever proposed them, as an Optuna study: one trial per
+    attempt (its knob values as params, the mean of its runs as its value, FAIL for a crash,
+    PRUNED for a cancelled run), to open in optuna-dashboard. Needs the `optuna` extra; exit 2
+    without it.
+
+    \b
+    Examples:
+      ars campaign export --optuna
+      optuna-dashboard sqlite:///reports/auto_research/lr-sweep/study.db
+      ars campaign export --optuna --storage sqlite:///all.db --campaign lr-sweep
+    """
+    from autoresearch_skills.campaign.study_export import default_storage, export
+
+    campaign = find(ref)
+    s = campaign.settings
+    url = storage or default_storage(campaign.folder)
+    count = export(campaign.rows(), url, s.name, s.direction)
+    click.echo(f"study: {s.name} ({count} trial(s)) in {url}")
+    click.echo(f"next: optuna-dashboard {url}")
+
+
 @cli.command("tried")
 @click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
 @click.option(

@@ -34,9 +34,8 @@ After a kill: a trial asked by an earlier process and never opened as an experim
 the ask and the branch) is proposed again as it is, so no trial is lost; one this process proposed
 that the loop did not open (rejected after its retries) is told FAIL. Only RUNNING trials are ever
 told, and telling is one storage write, so nothing is told twice. The runs that end after the last
-ask are told when the process exits (`ars campaign run` or `resume`). Limit: the policy learns the
-campaign folder from its first ask, so a process that asks nothing (a resume after the stop rule
-was met) leaves the trials it saw end RUNNING until a later process asks.
+ask are told as the loop ends (`observe`, which the loop calls then, also in a resume that asks
+nothing more) and, as a last resort, when the process exits.
 
 Optuna is an optional extra (`pip install 'autoresearch-skills[optuna]'`), imported only here and
 only when the policy is built, so `ars --help` and the hooks never load it.
