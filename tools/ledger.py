@@ -140,6 +140,11 @@ class Row:
         `rerun of #1: `, a row with a reason ends ` [status: reason]`."""
         return f"rerun of #{self.rerun_of}: {self.with_reason()}" if self.rerun_of else self.with_reason()
 
+    def tried_the_idea(self) -> bool:
+        """Whether this row measured its change (a metric, or a crash of its own code), so the same
+        change is not tried again; a run the machine or a person stopped did not."""
+        return self.status.is_finished() or self.cause is None or self.cause.tells_of_the_idea()
+
     def knob_values(self) -> dict[str, Any]:
         """The `knobs` column as a mapping ({} when the row does not know them)."""
         try:

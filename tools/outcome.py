@@ -77,6 +77,20 @@ class CrashCause(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    def tells_of_the_idea(self) -> bool:
+        """Whether the run's own code ended it (NaN, OOM, an exception ...), so that trying the same
+        change again would end the same way; False where the machine, a person or the campaign
+        stopped it (a lost session, a deadline, a cancel), which says nothing of the idea."""
+        return self not in _NOT_THE_IDEAS
+
+
+_NOT_THE_IDEAS = frozenset(
+    {
+        CrashCause.DEADLINE, CrashCause.RUNNER_DIED, CrashCause.LOST_SESSION, CrashCause.LOST,
+        CrashCause.CANCELLED, CrashCause.STOP_RULE, CrashCause.MARKED, CrashCause.DISK_FULL,
+    }
+)  # fmt: skip
+
 
 class Mode(str, Enum):
     """What an llm policy asks the model for; the ledger's `mode` column holds the one a hybrid

@@ -576,6 +576,8 @@ def tried_before(campaign: Campaign, experiment: Experiment) -> Row | None:
     for row in campaign.rows():
         if row.rerun_of or row.retry_of or row.parent_commit != experiment.parent_commit or not row.commit:
             continue
+        if not row.tried_the_idea():  # the machine or a person stopped it: the idea is still untried
+            continue
         if row.commit == commit or row.recipe != command:
             continue
         if gitflow.git(repo, "rev-parse", f"{row.commit}^{{tree}}", check=False) != tree:

@@ -450,7 +450,12 @@ class Loop:
         if not values or proposal.patch:
             return
         for row in self.campaign.rows():
-            if not row.rerun_of and row.parent_commit == parent_commit and row.knob_values() == values:
+            if (
+                not row.rerun_of
+                and row.parent_commit == parent_commit
+                and row.knob_values() == values
+                and row.tried_the_idea()
+            ):
                 raise Unchanged(
                     f"{proposal.slug}: already tried as #{row.index} {Path(row.branch).name} ({row.status}) "
                     "from the same parent"
