@@ -66,6 +66,8 @@ def test_run_outputs_are_ignored_by_the_new_repo(tmp_path):
     (repo / "results.tsv").write_text("index\n")
     (repo / "reports").mkdir()
     (repo / "reports" / "report.md").write_text("# report\n")
+    (repo / "out").mkdir()
+    (repo / "out" / "model.pt").write_bytes(b"weights of a run by hand")
     assert git(repo, "status", "--porcelain") == ""
 
 

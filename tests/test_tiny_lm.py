@@ -41,8 +41,10 @@ def target(tmp_path: Path) -> Path:
     return folder
 
 
-def run_train(folder: Path, budget: float = 3, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TIME_BUDGET": str(budget), "CUDA_VISIBLE_DEVICES": ""}
+def run_train(
+    folder: Path, budget: float = 3, timeout: float = 180, **env_extra: str
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TIME_BUDGET": str(budget), "CUDA_VISIBLE_DEVICES": "", **env_extra}
     return subprocess.run(
         [sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -58,8 +60,11 @@ def set_hyperparameter(folder: Path, name: str, value: str) -> None:
 
 def test_short_run_learns_and_prints_every_summary_key(target, tmp_path):
     set_hyperparameter(target, "LOG_EVERY", "5")  # several step lines even on a loaded machine
-    result = run_train(target, budget=4)
+    outputs = tmp_path / "outputs"
+    result = run_train(target, budget=4, ARS_OUTPUT_DIR=str(outputs))
     assert result.returncode == 0, result.stderr[-2000:]
+    saved = torch.load(outputs / "model.pt")  # the weights, where a campaign keeps this run's outputs
+    assert saved["depth"] == 2 and saved["model"] and not (target / "out").exists()
     block = result.stdout.split("\n---\n", 1)[1]
     lines = block.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == list(SUMMARY_KEYS)

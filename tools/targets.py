@@ -32,6 +32,7 @@ __pycache__/
 *.log
 results.tsv
 reports/
+out/
 """
 
 

@@ -203,6 +203,11 @@ else:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak_mb, peak_kind = rss / (2**20 if sys.platform == "darwin" else 2**10), "cpu_rss"
 
+# The weights, where a campaign keeps this run's outputs (ARS_OUTPUT_DIR), else beside this script.
+out_dir = os.environ.get("ARS_OUTPUT_DIR") or "out"
+os.makedirs(out_dir, exist_ok=True)
+torch.save({"model": model.state_dict(), "depth": DEPTH, "val_bpb": val_bpb}, os.path.join(out_dir, "model.pt"))
+
 print("---")
 print(f"val_bpb:          {val_bpb:.6f}")
 print(f"training_seconds: {training_seconds:.1f}")
