@@ -171,10 +171,10 @@ def test_an_experiment_s_own_command_line_knobs_are_recorded_rerun_alike_and_nam
 
 
 def test_the_worktreeinclude_hint_names_prepared_data_never_a_run_output_folder(repo: Path):
-    (repo / ".gitignore").write_text("logs/\ndata/\n")
+    (repo / ".gitignore").write_text("logs/\ndata/\nout-shakespeare-char/\n")
     git(repo, "add", ".gitignore")
     git(repo, "commit", "-qm", "ignore")
-    for folder, name in (("logs", "run1.log"), ("data", "train.bin")):
+    for folder, name in (("logs", "run1.log"), ("data", "train.bin"), ("out-shakespeare-char", "ckpt.pt")):
         (repo / folder).mkdir()
         (repo / folder / name).write_text("x")
     path = campaign(
@@ -182,6 +182,7 @@ def test_the_worktreeinclude_hint_names_prepared_data_never_a_run_output_folder(
     )
     said = ars(repo, "campaign", "validate", str(path)).stderr
     assert "ignored files (data/)" in said and "e.g. `data/`" in said and "logs/" not in said
+    assert "out-shakespeare-char" not in said  # the user's checkpoint folder is no input to carry
 
 
 def test_campaign_init_refuses_what_validate_refuses_before_a_folder_exists(repo: Path):

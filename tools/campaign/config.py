@@ -606,7 +606,14 @@ def _check_seed(data: dict, repo: Path, where: str, result: Validation) -> None:
 
 
 def _run_output(path: str) -> bool:
-    """Whether an ignored path is what runs write: a log, tracker, checkpoint or cache folder, or a log
-    file. (A `.bin` or `.pt` may be prepared data, as nanoGPT's train.bin is: it stays a candidate.)"""
+    """Whether an ignored path is what runs write: a log, tracker, checkpoint or cache folder, an
+    `out` folder (`out/`, nanoGPT's `out-shakespeare-char/`), or a log file. (A `.bin` or `.pt` may be
+    prepared data, as nanoGPT's train.bin is: it stays a candidate.) Carrying a run's output folder
+    would hand every run the user's own checkpoint, so it is never the example."""
     parts = path.rstrip("/").split("/")
-    return any(part in gitflow.GENERATED_DIRS for part in parts) or gitflow.generated_kind(path) == "log file"
+    out_folder = any(part == "out" or part.startswith(("out-", "out_")) for part in parts[:-1] or parts)
+    return (
+        out_folder
+        or any(part in gitflow.GENERATED_DIRS for part in parts)
+        or gitflow.generated_kind(path) == "log file"
+    )
