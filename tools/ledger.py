@@ -72,6 +72,7 @@ BEFORE_CAUSE = COLUMNS[: COLUMNS.index("cause")]
 HEADERS = (COLUMNS, BEFORE_SEED, BEFORE_CAUSE, BASE_COLUMNS, NEMO_RL_COLUMNS)
 STATUSES = tuple(s.value for s in ROW_STATUSES)
 CAUSES = tuple(c.value for c in CrashCause)
+BASELINE = "baseline"  # the slug, and the branch's last part, of a campaign's first experiment
 KARPATHY_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
 
 _BLANK_LINE = re.compile(rb"\n[ \t\r\f\v]*(?=\n)")  # readers skip these; the lookahead counts runs
@@ -139,6 +140,11 @@ class Row:
         """The row as people read it (and as older ledgers held the description): a rerun's starts
         `rerun of #1: `, a row with a reason ends ` [status: reason]`."""
         return f"rerun of #{self.rerun_of}: {self.with_reason()}" if self.rerun_of else self.with_reason()
+
+    @property
+    def is_baseline(self) -> bool:
+        """A run of the campaign's starting point: its branch is `<prefix>/baseline`."""
+        return self.branch.rsplit("/", 1)[-1] == BASELINE
 
     def tried_the_idea(self) -> bool:
         """Whether this row measured its change (a metric, or a crash of its own code), so the same

@@ -638,7 +638,7 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
         apart = " Rows of another fingerprint are listed apart below." if st.apart else ""
         return [*lines, f"No kept result yet.{apart}", ""]
     best = st.best.group
-    base_row = next((r for r in st.comparable if Path(r.branch).name == "baseline" and has_metric(r)), None)
+    base_row = next((r for r in st.comparable if r.is_baseline and has_metric(r)), None)
 
     def value(g: noise.Group) -> str:
         parts = [f"mean of {g.n} runs"] if g.n > 1 else []
@@ -660,7 +660,7 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
         lines.append(f"| change | {_fmt(change, signed=True)}{rel}{lead} | |")
     lines.append("")
     if not base:
-        elsewhere = any(Path(r.branch).name == "baseline" and has_metric(r) for r in st.apart)
+        elsewhere = any(r.is_baseline and has_metric(r) for r in st.apart)
         lines += [
             "The baseline was measured under another fingerprint: the best is not compared with it."
             if elsewhere

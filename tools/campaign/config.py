@@ -21,7 +21,6 @@ a command is checked for its executables and scripts, not run.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from autoresearch_skills import commandline, gitflow, knobs, worktreeinclude
-from autoresearch_skills.campaign import llm
+from autoresearch_skills.campaign import llm, seeding
 from autoresearch_skills.campaign.optuna_policy import OptunaPolicy
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.policy_settings import PolicySettings
@@ -586,23 +585,18 @@ def _check_seed(data: dict, repo: Path, where: str, result: Validation) -> None:
         return
     result.checked.append("seed knob")
     policy = data["policy"] if isinstance(data.get("policy"), dict) else {}
-    named = [seed.split(":", 1)[0]] if ":" in seed else []
-    paths = named or [*(data.get("mutable") or []), *(policy.get("mutable") or [])]
-    files = {}
-    for rel in dict.fromkeys(str(p) for p in paths):
-        with contextlib.suppress(OSError):
-            files[rel] = (repo / rel).read_text()
+    mutable = [str(p) for p in (*(data.get("mutable") or []), *(policy.get("mutable") or []))]
     try:
-        knobs.locate(seed, files)
+        knob = seeding.locate_seed(seed, mutable, repo)
     except knobs.KnobError as err:
-        if named:
-            result.problems.append(f"{where}: seed: {err}")
-        else:
-            result.warnings.append(
-                f"{where}: seed: no mutable file holds `{seed}`, so repeats pass it on the command line "
-                f"({knobs.shell_join(knobs.render_args({seed: 1}, str(data.get('args_style') or 'flags')))}); "
-                "name the file as `path:name` if it lives in a config"
-            )
+        result.problems.append(f"{where}: seed: {err}")
+        return
+    if knob.file is None:
+        result.warnings.append(
+            f"{where}: seed: no mutable file holds `{seed}`, so repeats pass it on the command line "
+            f"({knobs.shell_join(knobs.render_args({seed: 1}, str(data.get('args_style') or 'flags')))}); "
+            "name the file as `path:name` if it lives in a config"
+        )
 
 
 def _run_output(path: str) -> bool:

@@ -28,7 +28,7 @@ from pathlib import Path
 from autoresearch_skills import gitflow, metrics
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign import noise
-from autoresearch_skills.campaign.outputs import BASELINE, folder_of
+from autoresearch_skills.campaign.outputs import folder_of
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import carry_included, worktrees_dir
 from autoresearch_skills.errors import BadInput
@@ -61,7 +61,7 @@ def comparison(campaign: Campaign, rows: list[Row], best: noise.Best, run: bool 
     s = campaign.settings
     if not (s.holdout or s.holdout_pattern or s.holdout_command):
         return None
-    baseline_rows = [r for r in rows if _is_baseline(r) and r.status.is_finished()]
+    baseline_rows = [r for r in rows if r.is_baseline and r.status.is_finished()]
     best_rows = [r for r in rows if r.index in best.indexes]
     if not baseline_rows or not best_rows or set(best.indexes) & {r.index for r in baseline_rows}:
         return None  # no baseline, or the baseline is the best: nothing to compare
@@ -145,10 +145,6 @@ def _run(command: str, cwd: Path, env: dict[str, str], log: Path, limit: float) 
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             return None
-
-
-def _is_baseline(row: Row) -> bool:
-    return row.branch.rsplit("/", 1)[-1] == BASELINE
 
 
 def _mean(values: Iterable[str | float]) -> float | None:

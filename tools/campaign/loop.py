@@ -306,7 +306,7 @@ class Loop:
         starting point that does not run, and crash alike."""
         if not self.campaign.settings.require_baseline:
             return None
-        runs = [r for r in self.campaign.rows() if Path(r.branch).name == "baseline"]
+        runs = [r for r in self.campaign.rows() if r.is_baseline]
         if not runs or any(r.status.is_finished() for r in runs):
             return None
         return runs[-1]

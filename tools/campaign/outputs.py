@@ -21,8 +21,6 @@ from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.ledger import Row
 
-BASELINE = "baseline"  # the slug of the campaign's first experiment
-
 
 @dataclass(frozen=True)
 class Kept:
@@ -134,5 +132,5 @@ def _kept_indexes(rows: list[Row]) -> list[int]:
 
 def _protected(campaign: Campaign, rows: list[Row]) -> set[int]:
     """The best's runs and the baseline's: never deleted by the cap."""
-    baseline = {r.index for r in rows if r.branch.rsplit("/", 1)[-1] == BASELINE}
+    baseline = {r.index for r in rows if r.is_baseline}
     return _best_indexes(campaign, rows) | baseline

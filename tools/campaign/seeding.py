@@ -18,6 +18,7 @@ knobs are found (knobs.locate); otherwise it is a command-line knob (`--seed`, `
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from autoresearch_skills import gitflow, knobs
 from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.state import CampaignState
 from autoresearch_skills.campaign.store import Campaign
+from autoresearch_skills.errors import BadInput
 
 
 @dataclass(frozen=True)
@@ -39,14 +41,29 @@ def seed_knob(campaign: Campaign, workdir: Path) -> SeedKnob | None:
     s = campaign.settings
     if s.seed is None:
         return None
-    if s.seed.startswith("-"):
-        return SeedKnob(s.seed)
-    files = _candidate_files(campaign, workdir)
     try:
-        path = knobs.locate(s.seed, files)
+        return locate_seed(s.seed, [*s.mutable, *(s.policy.mutable if s.policy else [])], workdir)
+    except knobs.KnobError as err:
+        raise BadInput(f"seed: {err} (campaign.yaml's `seed:`)") from None
+
+
+def locate_seed(seed: str, mutable: list[str], workdir: Path) -> SeedKnob:
+    """The seed knob `seed` names: in the file a `path:name` names, or in the one mutable file that
+    holds it; else on the command line (a flag, hydra's `seed=2`). KnobError when a named file lacks it."""
+    if seed.startswith("-"):
+        return SeedKnob(seed)
+    named = seed.split(":", 1)[0] if ":" in seed else None
+    files = {}
+    for rel in dict.fromkeys([named] if named else mutable):
+        with contextlib.suppress(OSError):
+            files[rel] = (workdir / rel).read_text()
+    try:
+        path = knobs.locate(seed, files)
     except knobs.KnobError:
-        return SeedKnob(s.seed)  # no file holds it: a command-line key (hydra's `seed=2`, argparse's --seed)
-    return SeedKnob(s.seed.split(":", 1)[1] if ":" in s.seed else s.seed, path)
+        if named:
+            raise
+        return SeedKnob(seed)  # no file holds it: a command-line key
+    return SeedKnob(seed.split(":", 1)[1] if named else seed, path)
 
 
 def seed_for(campaign: Campaign, state: CampaignState, experiment: Experiment, commit: str) -> int | None:
@@ -118,17 +135,3 @@ def _held_seed(knob: SeedKnob, experiment: Experiment) -> int | None:
         return int(value) if value is not None and float(value) == int(float(value)) else None
     except (TypeError, ValueError):
         return None
-
-
-def _candidate_files(campaign: Campaign, workdir: Path) -> dict[str, str]:
-    """The files a seed knob may live in: the one a `path:name` names, else the mutable files."""
-    s = campaign.settings
-    named = [s.seed.split(":", 1)[0]] if s.seed and ":" in s.seed else []
-    paths = named or [*s.mutable, *(s.policy.mutable if s.policy else [])]
-    files = {}
-    for rel in dict.fromkeys(paths):
-        try:
-            files[rel] = (workdir / rel).read_text()
-        except OSError:
-            continue
-    return files

@@ -72,7 +72,7 @@ def tried(rows: Sequence[Row], repo: Path) -> Tried:
     pooled = {i: g for g in noise.groups(rows).values() for i in g.indexes}
     found = Tried()
     for row in rows:
-        if row.rerun_of or Path(row.branch).name == "baseline":
+        if row.rerun_of or row.is_baseline:
             continue
         group = pooled.get(row.index)
         attempt = Attempt(
