@@ -152,7 +152,10 @@ def test_a_campaign_killed_mid_run_resumes_the_same_study_without_a_lost_or_doub
     assert len(table) == 5 and [r.index for r in rows(repo)] == list(range(6))
     found = trials(repo)
     complete = [t for t in found if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(complete) == len(table) and len(found) == len(table)  # none lost, none told twice
+    cut = [t for t in found if len(t.params) < 3]  # the kill landed inside an ask: never a point
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in cut)
+    assert all(r.knob_values() for r in table)  # so no experiment ran without its values
+    assert len(complete) == len(table) == len(found) - len(cut)  # none lost, none told twice
     for row in table:
         (trial,) = [t for t in complete if matches(t, row)]
         assert trial.value == pytest.approx(row.metric_value)
@@ -237,6 +240,23 @@ def test_a_trial_asked_but_never_opened_is_proposed_again_after_a_kill_and_a_rej
     found = optuna.load_study(study_name="opt", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
     assert [t.state.name for t in found] == ["FAIL", "RUNNING"]
     assert found[0].params == first.set and found[1].params == second.set
+
+
+def test_a_trial_cut_by_a_kill_inside_its_ask_is_told_fail_never_proposed_empty(tmp_path: Path):
+    from autoresearch_skills.campaign.policy_settings import PolicySettings
+    from autoresearch_skills.campaign.proposals import make_policy
+
+    settings = PolicySettings.from_mapping(
+        {"kind": "optuna", "space": {"LR": {"low": 0.001, "high": 0.1}}, "args": {"--width": [32, 64]},
+         "mutable": ["train.py"]}
+    )  # fmt: skip
+    context = context_for(tmp_path)
+    study = optuna.create_study(study_name="opt", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    study.ask().suggest_float("LR", 0.001, 0.1)  # the process died before --width was drawn
+    proposal = make_policy(settings, set()).next(context)
+    assert proposal is not None and set(proposal.set) == {"LR"} and set(proposal.args) == {"--width"}
+    found = optuna.load_study(study_name="opt", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
+    assert [t.state.name for t in found] == ["FAIL", "RUNNING"]
 
 
 def test_the_optuna_template_validates_on_the_tiny_lm_target(tmp_path: Path):

@@ -31,7 +31,8 @@ order), and the policy is exhausted once every point has a trial; in a continuou
 MAX_ASKS duplicates in a row.
 
 After a kill: a trial asked by an earlier process and never opened as an experiment (killed between
-the ask and the branch) is proposed again as it is, so no trial is lost; one this process proposed
+the ask and the branch) is proposed again as it is, so no trial is lost; one killed inside the ask,
+before all its values were drawn, is told FAIL, never run; one this process proposed
 that the loop did not open (rejected after its retries) is told FAIL. Only RUNNING trials are ever
 told, and telling is one storage write, so nothing is told twice. The runs that end after the last
 ask are told as the loop ends (`observe`, which the loop calls then, also in a resume that asks
@@ -236,8 +237,14 @@ class OptunaPolicy(Policy):
         in_flight = context["in_flight"]
         waiting = self.tell_finished(study, rows, in_flight, given_up=self.issued)
         for orphan in waiting:
-            if orphan.number not in self.issued:  # asked by a process killed before it opened it
-                return self._proposed(orphan.number, orphan.params)
+            if orphan.number in self.issued:
+                continue
+            if set(orphan.params) != set(self.space):  # killed inside the ask: not a point at all
+                self._tell(study, orphan.number, FAIL)
+                continue
+            # asked by a process killed before it opened it: proposed again as it is
+            self.optuna.trial.Trial(study, orphan._trial_id).set_user_attr("proposed", True)
+            return self._proposed(orphan.number, orphan.params)
         if self.settings.samples is not None and self._proposed_count(study) >= self.settings.samples:
             return None
         for _ in range(MAX_ASKS):
