@@ -513,6 +513,9 @@ class Verdict:
         return data
 
 
+FINISH_TIME = "finish_time"  # the trigger when only the finish's reserved time is left
+
+
 def evaluate(
     rules: StopRules,
     rows: list,
@@ -521,10 +524,13 @@ def evaluate(
     in_flight: int = 0,
     in_flight_gpu_hours: float = 0.0,
     queued: int = 0,
+    reserve_seconds: float = 0.0,
 ) -> Verdict:
     """Judge the ledger rows against the rules. `started_at` fixes a relative budget or clock time
     (default: the first row's start, else `at`). `in_flight` runs still going count as attempted
-    (`queued` of them still wait for a slot); `in_flight_gpu_hours` is what they have used so far."""
+    (`queued` of them still wait for a slot); `in_flight_gpu_hours` is what they have used so far.
+    `reserve_seconds` before the deadline are kept for the keep rule's finish (campaign/keeprule.py):
+    no new experiment starts in them (FINISH_TIME), the finish's reruns do."""
     if in_flight < 0 or not 0 <= in_flight_gpu_hours < math.inf:
         raise ValueError(f"in_flight {in_flight} and in_flight_gpu_hours {in_flight_gpu_hours} must be >= 0")
     at = at or now()
@@ -594,6 +600,17 @@ def evaluate(
     if gpu_used is not None and rules.gpu_hours is not None and gpu_used >= rules.gpu_hours:
         used = f"GPU-hour budget used: {gpu_used:.1f}/{rules.gpu_hours:g} GPU-hours"
         return verdict("gpu_hours", [used, *progress(True, gpu=False)])
+    if (
+        remaining_s is not None
+        and reserve_seconds > 0
+        and remaining_s < (rules.per_run_timeout or 0) + reserve_seconds
+    ):
+        held = (
+            f"the time left is kept for the finish (the best and the baseline re-measured): "
+            f"{format_duration(remaining_s)} remaining, {format_duration(reserve_seconds)} kept"
+        )
+        parts = progress(True, time_left=False)
+        return verdict(FINISH_TIME, [held, *parts])
     if remaining_s is not None and rules.per_run_timeout and remaining_s < rules.per_run_timeout:
         short = (
             f"not enough time for another run: {format_duration(remaining_s)} remaining, "

@@ -177,8 +177,11 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
         click.echo(json.dumps(facts, indent=2, default=str))
     else:
         for key in ("name", "folder", "metric", "direction", "stop_rules", "deadline", "attempted",
-                    "remaining_experiments", "remaining_time", "best", "noise", "latest", "current_branch", "pool"):  # fmt: skip
+                    "remaining_experiments", "remaining_time", "best", "claim", "noise", "keep_rule", "latest",
+                    "current_branch", "pool"):  # fmt: skip
             value = facts[key]
+            if key == "claim" and value is None:
+                continue  # the noise rule: `best:` says it all
             click.echo(f"{key}: {value if value is not None else '-'}")
         for item in facts["in_flight"]:
             click.echo(f"in_flight: {item['line']}")

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from autoresearch_skills import knobs, notices, runoutputs
-from autoresearch_skills.campaign import experiment, noise, outputs, prediction, scheduler
+from autoresearch_skills.campaign import experiment, noise, outputs, prediction, scheduler, screening
 from autoresearch_skills.campaign.experiment import select, settled_state
 from autoresearch_skills.campaign.finish import finished, wrap_up
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
@@ -66,6 +66,8 @@ def _print_ended(campaign: Campaign, ended: scheduler.Ended) -> None:
             pace.append(f"{result.throughput:g} {result.throughput_key or 'throughput'} (median)")
         click.echo(f"pace: {', '.join(p for p in pace if p)}")
     for flag in result.flags:
+        if screening.is_rule_flag(flag):
+            continue  # which rule decided: the status line says it
         said = CANDIDATE_SAID if flag == noise.CANDIDATE_FLAG else flag
         click.echo(f"warning: {said}")
     if row is None:

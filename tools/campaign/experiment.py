@@ -23,7 +23,7 @@ from typing import Any
 
 from autoresearch_skills import gitflow, knobs, notices, runoutputs
 from autoresearch_skills.campaign import judge as judging
-from autoresearch_skills.campaign import noise, seeding, workdirs
+from autoresearch_skills.campaign import keeprule, noise, seeding, workdirs
 from autoresearch_skills.campaign import outputs as kept_outputs
 from autoresearch_skills.campaign.finish import close_sessions
 from autoresearch_skills.campaign.pool import Grant
@@ -37,7 +37,7 @@ from autoresearch_skills.launch.base import Launcher, Run, RunSpec, State, state
 from autoresearch_skills.ledger import Row
 from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.session_record import note_event
-from autoresearch_skills.stoprule import Verdict
+from autoresearch_skills.stoprule import FINISH_TIME, Verdict
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
 FIELDS = {f.name for f in fields(Experiment)}
@@ -336,17 +336,24 @@ def best(campaign: Campaign, rows: list[Row] | None = None) -> noise.Best | None
     return noise.best(rows, campaign.settings.direction)
 
 
-def _noise_action(campaign: Campaign, rows: list[Row]) -> noise.Action | None:
-    """The noise rule's next rerun among the rows of the latest fingerprint, or None."""
+def _noise_action(campaign: Campaign, rows: list[Row], state: CampaignState) -> noise.Action | None:
+    """The keep rule's next rerun among the rows of the latest fingerprint, or None: the noise
+    rule's (a candidate's confirmation, the best's runs), or screening's (the baseline's repeats,
+    then the finish once no new idea may start and none is in flight)."""
+    s = campaign.settings
+    if keeprule.rule(s, rows) == keeprule.SCREENING:
+        ideas = sum(1 for e in state.launched if not e.is_rerun)
+        verdict = campaign.verdict(state=state)
+        return keeprule.owed(s, rows, ideas_open=verdict.may_start(), ideas_in_flight=ideas)
     return noise.next_action(
-        rows, campaign.settings.direction, fingerprint=noise.latest_fingerprint(rows),
-        policy=campaign.settings.noise_policy(),
+        rows, s.direction, fingerprint=noise.latest_fingerprint(rows), policy=s.noise_policy(),
     )  # fmt: skip
 
 
-# Stop triggers that leave time for the reruns the noise rule still owes: a count was reached,
-# not the deadline or the GPU budget. Reruns are not counted among the user's experiments.
-END_RERUN_TRIGGERS = ("max_experiments", "patience", "target")
+# Stop triggers that leave time for the reruns the keep rule still owes: a count was reached, or
+# only the finish's time is left before the deadline (screening), not the deadline itself or the
+# GPU budget. Reruns are not counted among the user's experiments.
+END_RERUN_TRIGGERS = ("max_experiments", "patience", "target", FINISH_TIME)
 
 
 def owed_rerun(campaign: Campaign, state: CampaignState | None = None) -> noise.Action | None:
@@ -357,15 +364,20 @@ def owed_rerun(campaign: Campaign, state: CampaignState | None = None) -> noise.
     if campaign.paused:
         return None
     verdict = campaign.verdict(state=state)
-    if not verdict.may_start() and not _time_for_one_more(verdict):
+    if not verdict.may_start() and not _time_for_one_more(verdict, campaign):
         return None
     return next_rerun(campaign, state=state)
 
 
-def _time_for_one_more(verdict: Verdict) -> bool:
+def _time_for_one_more(verdict: Verdict, campaign: Campaign) -> bool:
+    """Whether a rerun still fits before the deadline: one of the per-run limit (the noise rule),
+    or of a typical run (screening's finish, whose time was kept for it)."""
     if verdict.should_continue or verdict.trigger not in END_RERUN_TRIGGERS:
         return False
     left, limit = verdict.remaining_seconds, verdict.per_run_timeout
+    rows = campaign.rows()
+    if keeprule.rule(campaign.settings, rows) == keeprule.SCREENING:
+        limit = keeprule.typical_run_seconds(rows, limit)
     return left is None or (left > 0 and (limit is None or left >= limit))
 
 
@@ -374,10 +386,10 @@ def next_rerun(
 ) -> noise.Action | None:
     """The rerun the noise rule asks for before the next new experiment (a candidate's
     confirmation, or another run of the best), unless one for that commit is already in flight."""
-    action = _noise_action(campaign, campaign.rows() if rows is None else rows)
+    state = campaign.state.read() if state is None else state
+    action = _noise_action(campaign, campaign.rows() if rows is None else rows, state)
     if action is None:
         return None
-    state = campaign.state.read() if state is None else state
     if any(e.rerun_of == action.rerun_of for e in state.experiments.values()):
         return None
     return action
@@ -602,9 +614,9 @@ def _refuse_repeat(campaign: Campaign, experiment: Experiment) -> None:
 
 def _owed_at_end(campaign: Campaign, state: CampaignState, experiment: Experiment, verdict: Verdict) -> bool:
     """A rerun the noise rule still owes after a count stopped the campaign may run."""
-    if not experiment.is_rerun or not _time_for_one_more(verdict):
+    if not experiment.is_rerun or not _time_for_one_more(verdict, campaign):
         return False
-    action = _noise_action(campaign, campaign.rows())
+    action = _noise_action(campaign, campaign.rows(), state)
     return action is not None and action.rerun_of == experiment.rerun_of
 
 

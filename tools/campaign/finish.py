@@ -19,7 +19,7 @@ from __future__ import annotations
 import subprocess
 
 from autoresearch_skills import gitflow, knobs
-from autoresearch_skills.campaign import holdout, noise, outputs
+from autoresearch_skills.campaign import holdout, keeprule, noise, outputs
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import remove_worktrees
 from autoresearch_skills.launch.base import FINISHED, Run, state_path_for
@@ -64,6 +64,9 @@ def the_result(campaign: Campaign, rows: list[Row], best: noise.Best) -> list[st
     """What the best left: its weights (the largest file of its outputs folder) and, with a held-out
     check, both numbers for the baseline and the best."""
     lines = []
+    claim = keeprule.verdict_line(campaign.settings, rows)
+    if claim:
+        lines.append(f"verdict: {claim}")
     kept = outputs.best_outputs(campaign, rows)
     if kept is not None:
         lines.append(outputs.weights_line(campaign, kept))

@@ -12,7 +12,7 @@ from statistics import median
 
 from autoresearch_skills import metrics, worktreeinclude
 from autoresearch_skills.atomicfile import write_text_atomic
-from autoresearch_skills.campaign import noise
+from autoresearch_skills.campaign import keeprule, noise
 from autoresearch_skills.campaign.fingerprint import Fingerprint, diff, fingerprint
 from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS
 from autoresearch_skills.campaign.record import Experiment, Result
@@ -61,10 +61,7 @@ def judge(campaign: Campaign, experiment: Experiment, run_state: State) -> Resul
     elif value is None:
         status, cause, reason = Status.CRASH, CrashCause.METRIC_MISSING, f"{missing}{_last_error(log_path)}"
     else:
-        decision = noise.assess(
-            campaign.rows(), value, s.direction, fingerprint=experiment.fingerprint,
-            rerun_of=experiment.rerun_of, policy=s.noise_policy(),
-        )  # fmt: skip
+        decision = _decide(campaign, experiment, value)
         status, reason = decision.row_status, decision.reason
         noise_fields, decided = decision.ledger_fields(), decision.status
     steps, throughput, throughput_key, pace_flags = _pace(campaign, experiment, log_path)
@@ -77,6 +74,21 @@ def judge(campaign: Campaign, experiment: Experiment, run_state: State) -> Resul
         elapsed_min=round(max(0.0, elapsed) / 60, 2), decision=decided, noise=noise_fields,
         steps=steps, throughput=throughput, throughput_key=throughput_key, flags=flags,
         holdout=holdout_value(s, log_path),
+    )  # fmt: skip
+
+
+def _decide(campaign: Campaign, experiment: Experiment, value: float) -> noise.Decision:
+    """Keep or discard a run's value by the campaign's keep rule (campaign/keeprule.py)."""
+    s, rows = campaign.settings, campaign.rows()
+    if keeprule.rule(s, rows) == keeprule.NOISE:
+        return noise.assess(
+            rows, value, s.direction, fingerprint=experiment.fingerprint,
+            rerun_of=experiment.rerun_of, policy=s.noise_policy(),
+        )  # fmt: skip
+    return keeprule.decide(
+        s, rows, value, index=len(rows), commit=experiment.commit or "",
+        parent_commit=experiment.parent_commit or "", rerun_of=experiment.rerun_of,
+        fingerprint=experiment.fingerprint,
     )  # fmt: skip
 
 

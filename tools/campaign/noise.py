@@ -148,6 +148,9 @@ class LedgerRow(Protocol):
     def rerun_of(self) -> str: ...
 
     @property
+    def parent_commit(self) -> str: ...
+
+    @property
     def description(self) -> str: ...
 
     @property
@@ -258,6 +261,7 @@ class Decision:
     mean: float | None = None  # the pooled mean of the runs
     best_index: int | None = None  # first row of the best it was compared with
     dof: int | None = None  # degrees of freedom of sigma; None: taken as exact, or no estimate
+    flags: str = ""  # the row's flags from the rule (screening's); a candidate's are its own
 
     @property
     def row_status(self) -> Status:
@@ -271,7 +275,7 @@ class Decision:
             "sigma": f"{self.sigma:.4g}" if self.sigma is not None else "",  # the ledger keeps precision
             "margin_sigma": f"{self.margin_sigma:.2f}" if self.margin_sigma is not None else "",
             "runs": str(self.runs),
-            "flags": CANDIDATE_FLAG if self.status is Status.CANDIDATE else "",
+            "flags": CANDIDATE_FLAG if self.status is Status.CANDIDATE else self.flags,
         }
 
 
@@ -286,6 +290,7 @@ class Best:
     description: str  # the hypothesis, as its commit's first row says it
     status: Status = Status.KEEP  # its commit's decided status: never a candidate row's `discard`
     confirmed_by: int | None = None  # the rerun that kept it, when its first row was a candidate
+    claim: str = ""  # under screening, what the campaign claims of it (screening.CLAIMS)
 
     @property
     def key(self) -> int:
@@ -324,11 +329,14 @@ class Best:
         return self.row.metric_name
 
     def runs_text(self) -> str:
-        """` (mean of 3 runs: #5, #6, #7; confirmed by #6)`; "" for a single run."""
-        if self.n == 1:
-            return ""
+        """` (mean of 3 runs: #5, #6, #7; confirmed by #6)`, under screening with its claim
+        (`; re-measured, unconfirmed`); "" for a single run without one."""
         confirmed = f"; confirmed by #{self.confirmed_by}" if self.confirmed_by is not None else ""
-        return f" (mean of {self.n} runs: " + ", ".join(f"#{i}" for i in self.indexes) + confirmed + ")"
+        claim = f"; {self.claim}" if self.claim else ""
+        if self.n == 1:
+            return f" ({self.claim})" if self.claim else ""
+        runs = ", ".join(f"#{i}" for i in self.indexes)
+        return f" (mean of {self.n} runs: {runs}{confirmed}{claim})"
 
     def describe(self, metric: str = "") -> str:
         """The one line every place prints:
@@ -571,16 +579,26 @@ def best(rows: Iterable[LedgerRow], direction: str, fingerprint: str | None = No
     rows = list(rows)
     if fingerprint is None:
         fingerprint = latest_fingerprint(rows) or ""
-    group = _best(groups(rows, fingerprint).values(), direction)
+    found = groups(rows, fingerprint)
+    claim = ""
+    mine = [r for r in rows if r.fingerprint == fingerprint and r.status in FINISHED]
+    from autoresearch_skills.campaign import screening  # it builds on this module
+
+    if mine and screening.screened(mine):
+        ended = screening.verdict(mine, direction)
+        group: Group | None = found.get(ended.result_key)
+        claim = screening.CLAIMS[ended.outcome]
+    else:
+        group = _best(found.values(), direction)
     if group is None:
         return None
     members = {r.index: r for r in rows if r.fingerprint == fingerprint and r.status in FINISHED}
     runs = [members[i] for i in group.indexes]
-    shown = [r for r in runs if r.status == Status.KEEP][-1]
+    shown = ([r for r in runs if r.status == Status.KEEP] or runs)[-1]
     said = [r.description for r in (runs[0], shown)]
-    first_keep = next(r.index for r in runs if r.status == Status.KEEP)
+    first_keep = next((r.index for r in runs if r.status == Status.KEEP), None)
     confirmed_by = first_keep if CANDIDATE_FLAG in _flags(runs[0]) else None
-    return Best(group, shown, next((d for d in said if d), ""), confirmed_by=confirmed_by)
+    return Best(group, shown, next((d for d in said if d), ""), confirmed_by=confirmed_by, claim=claim)
 
 
 def better(value: float, than: float, direction: str) -> bool:

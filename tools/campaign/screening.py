@@ -61,7 +61,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import Protocol
 
-from autoresearch_skills.campaign.noise import t_line
+from autoresearch_skills.campaign.noise import DETERMINISTIC, t_line
 from autoresearch_skills.outcome import Status
 
 BASELINE_RUNS = 2  # runs of the baseline before the first idea: a first noise estimate
@@ -76,6 +76,10 @@ RATIO_GRID = tuple(math.log(2.0) * k / 2 for k in range(-14, 11, 3))  # ln(ratio
 RATIO_PRIOR_SD = 2.0
 MEAN_PSEUDO_EDGES = 2.0  # the fitted mean effect starts as if this many children had shown 0
 _LOG_2PI = math.log(2 * math.pi)
+# the ledger's flags (campaign/keeprule.py writes them): a row decided by screening, a run of the
+# finish, and the row that completes the finish also the verdict's
+SCREENED_FLAG = "screened"
+FINISH_FLAG = "finish"
 
 
 class ScreeningRow(Protocol):
@@ -170,6 +174,23 @@ class Outcome(str, Enum):
     DETERMINISTIC = "deterministic"  # repeats agree exactly: the measured gain is the gain
     UNMEASURED = "unmeasured"  # the finish's reruns are missing: nothing re-measured yet
     NO_GAIN = "no gain"  # the best is the baseline
+
+
+OUTCOME_FLAGS = {
+    Outcome.CONFIRMED: "confirmed",
+    Outcome.SCREENED: "unconfirmed",
+    Outcome.BASELINE: "fell back",
+    Outcome.DETERMINISTIC: "deterministic",
+}
+# what the best's line says of each outcome: which claim the campaign makes
+CLAIMS = {
+    Outcome.CONFIRMED: "confirmed",
+    Outcome.SCREENED: "re-measured, unconfirmed",
+    Outcome.BASELINE: "fell back to the baseline",
+    Outcome.DETERMINISTIC: "repeats agree exactly",
+    Outcome.UNMEASURED: "screened, not yet re-measured",
+    Outcome.NO_GAIN: "",
+}
 
 
 @dataclass(frozen=True)
@@ -528,7 +549,50 @@ def verdict(rows: Sequence[ScreeningRow], direction: str) -> Verdict:
     return Verdict(Outcome.BASELINE, node.key, base.key, 0.0, sd, said, remeasured)
 
 
+def is_rule_flag(text: str) -> bool:
+    """Whether a flag (or a "; "-joined group) says only which rule decided and how the finish
+    ended: a fact for readers, never a warning."""
+    found = _flags(text)
+    return bool(found) and found <= {SCREENED_FLAG, FINISH_FLAG, *OUTCOME_FLAGS.values()}
+
+
+def screened(rows: Iterable[object]) -> bool:
+    """Whether screening decided these rows: one of them carries its flags."""
+    marks = {SCREENED_FLAG, FINISH_FLAG}
+    return any(marks & _flags(getattr(r, "flags", "")) for r in rows)
+
+
+def describe(found: Verdict, metric: str, seeded: bool = True) -> str:
+    """The verdict in one line: what the campaign claims, the gain it reports and why. Repeats that
+    agree exactly at a fixed seed (not `seeded`) measured no seed-to-seed noise: the gain is then
+    the gain at this seed, and the line says so (noise.DETERMINISTIC)."""
+    if found.outcome is Outcome.NO_GAIN:
+        return "no gain: the baseline stayed the best"
+    if found.outcome is Outcome.BASELINE:
+        return (
+            f"fell back to the baseline: the best #{found.best_key} did not hold up when re-measured "
+            f"({found.reason}); no gain is reported"
+        )
+    interval = f" +- {found.sd:.4g} (1 sd)" if found.sd else ""
+    again = f", re-measured {found.remeasured:+.4g}{interval}" if found.remeasured is not None else ""
+    gain = f"{metric} gain {found.gain:+.4g} over the baseline (the tree's estimate{again})"
+    claim = {
+        Outcome.CONFIRMED: "confirmed",
+        Outcome.SCREENED: "unconfirmed: the best stays the result, no effect is claimed",
+        Outcome.DETERMINISTIC: "deterministic: the measured gain is the gain"
+        if seeded
+        else "better at this seed, not shown to exceed seed-to-seed noise",
+        Outcome.UNMEASURED: "screened, not yet re-measured: no effect is claimed",
+    }[found.outcome]
+    reason = found.reason if seeded or found.outcome is not Outcome.DETERMINISTIC else DETERMINISTIC
+    return f"{claim}: #{found.best_key}, {gain}; {reason}"
+
+
 # ---------------------------------------------------------------- helpers
+
+
+def _flags(text: str) -> set[str]:
+    return {f.strip() for f in (text or "").split(";") if f.strip()}
 
 
 def within(found: Tree) -> tuple[float, int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoresearch_skills import gitflow
-from autoresearch_skills.campaign import noise, outputs
+from autoresearch_skills.campaign import keeprule, noise, outputs
 from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now, parse_iso
@@ -58,6 +58,8 @@ def status_facts(campaign: Campaign) -> dict:
         if verdict.remaining_seconds is not None
         else None,
         "best": best.describe(s.metric) if best else None,
+        "keep_rule": keeprule.rule(s, rows),
+        "claim": keeprule.verdict_line(s, rows),  # screening: confirmed, unconfirmed or fell back
         "best_row": _without_holdout(best.to_dict()) if best else None,
         "latest": _describe_row(latest, s.metric) if latest else None,
         "current_branch": branch,

@@ -15,6 +15,7 @@ names the campaign that `ars exp ...` commands act on when none is given.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, fields
@@ -24,6 +25,7 @@ from typing import Any
 
 from autoresearch_skills import ledger
 from autoresearch_skills.atomicfile import write_text_atomic
+from autoresearch_skills.campaign import keeprule
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.settings import Settings, check_keys
@@ -98,15 +100,24 @@ class Campaign:
         `exclude`: an experiment not to count (the one about to be launched)."""
         state = self.state.read() if state is None else state
         launched = [e for e in state.launched if e.key != exclude]
+        rows = self.rows()
         return evaluate(
             self.settings.stop_rules(),
-            self.rows(),
+            rows,
             at=at,
             started_at=parse_iso(self.settings.created_at),
             in_flight=sum(1 for e in launched if not e.is_rerun),
             queued=sum(1 for e in launched if not e.is_rerun and e.phase is Phase.QUEUED),
             in_flight_gpu_hours=sum(_gpu_hours_so_far(e) for e in launched),
+            reserve_seconds=self._finish_reserve(rows),
         )
+
+    def _finish_reserve(self, rows: list) -> float:
+        """The time kept for the keep rule's finish when a deadline ends the campaign."""
+        rules = self.settings.stop_rules()
+        if rules.deadline is None and rules.budget is None and rules.until is None:
+            return 0.0
+        return keeprule.finish_reserve(self.settings, rows)
 
 
 def _gpu_hours_so_far(experiment: Experiment) -> float:
@@ -202,6 +213,8 @@ def create(
             **options,
         }
     )
+    if settings.keep_rule is None:  # a new campaign screens; unset, an older one keeps its ledger's rule
+        settings = dataclasses.replace(settings, keep_rule=keeprule.SCREENING)
     pool = settings.pool()  # refuse a bad pool before anything is written
     if settings.strategy == "ratchet" and pool.parallel > 1:
         raise BadInput(
