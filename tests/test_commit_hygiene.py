@@ -84,7 +84,7 @@ def branches(repo: Path) -> list[str]:
 
 
 def init_campaign(repo: Path, stop: str, *extra: str) -> None:
-    ars_into(repo, "init.out", "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
+    ars_into(repo, "init.out", "campaign", "init", "demo", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min",
              "--command", f"{sys.executable} train.py", "--stop", stop, "--prefix", "autoresearch/h",
              "--baseline-repeats", "1", *extra)  # fmt: skip
 
@@ -190,7 +190,7 @@ def test_campaign_run_redirected_into_the_repository_reruns_the_baseline_and_end
 ):
     config = {
         "name": "hyg", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
-        "command": f"{sys.executable} train.py", "launcher": "local", "stop": "4 experiments",
+        "command": f"{sys.executable} train.py", "launcher": "local", "keep_rule": "noise", "stop": "4 experiments",
         "prefix": "autoresearch/hyg", "baseline_repeats": 2, "worktrees": worktrees,
         "policy": {"kind": "queue", "mutable": ["train.py"], "frozen": ["prepare.py"], "queue": [
             {"slug": "higher-lr", "description": "LR 0.01 -> 0.02", "set": {"LR": 0.02}},
@@ -325,7 +325,7 @@ def test_a_file_the_user_writes_in_place_while_a_run_runs_is_never_moved_nor_del
     moved, so a file the user made there meanwhile stays even when the run's outputs are dropped."""
     train = "import time\nLR = 0.01\ntime.sleep(3)\nprint('---')\nprint(f'val_bpb:          {abs(LR - 0.03) * 10 + 1:.6f}')\n"
     repo = make_repo(tmp_path / "project", {"train.py": train})
-    ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min", "--command",
+    ars(repo, "campaign", "init", "demo", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min", "--command",
         f"{sys.executable} train.py", "--stop", "10 experiments", "--baseline-repeats", "1", "--worktrees", "off")  # fmt: skip
     ars(repo, "exp", "baseline")
     ars(repo, "exp", "start", "worse", "-m", "LR -> 0.2")

@@ -166,7 +166,7 @@ def test_the_loop_stops_on_a_full_disk_and_resume_completes_without_a_row_twice(
     queue = [{"slug": f"lr-{n}", "description": f"LR {lr}", "set": {"LR": lr, "WAIT": 1}} for n, lr in enumerate((0.02, 0.03))]  # fmt: skip
     config = {
         "name": "loop", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
-        "command": f"{sys.executable} train.py", "launcher": "local", "stop": "3 experiments",
+        "command": f"{sys.executable} train.py", "launcher": "local", "keep_rule": "noise", "stop": "3 experiments",
         "prefix": "autoresearch/t-full", "baseline_repeats": 1, "folder": str(folder),
         "policy": {"kind": "queue", "queue": queue, "mutable": ["train.py"]},
     }  # fmt: skip

@@ -17,7 +17,7 @@ from repo_helpers import ars, make_repo
 
 from autoresearch_skills import ledger, report
 from autoresearch_skills.anomalies import WATCH_DEFAULTS
-from autoresearch_skills.campaign import finish, noise, store
+from autoresearch_skills.campaign import finish, noise, screening, store
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.pool import Pool
 from autoresearch_skills.campaign.settings import POLICY, SETTINGS, key_problems
@@ -45,7 +45,7 @@ def lr(value: float) -> str:
 
 def test_a_deterministic_target_says_why_new_bests_are_not_rerun(tmp_path: Path):
     repo = make_repo(tmp_path / "project", {"train.py": FIXED})
-    ars(repo, "campaign", "init", "det", "--metric", "val_bpb", "--direction", "min", "--baseline-repeats", "3",
+    ars(repo, "campaign", "init", "det", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min", "--baseline-repeats", "3",
         "--command", f"{sys.executable} train.py", "--stop", "10 experiments, 1m each")  # fmt: skip
     baseline = ars(repo, "exp", "baseline").stdout
     # two runs agree at the script's fixed seed: a third would print 1.2 again
@@ -76,7 +76,7 @@ def test_the_unattended_loop_on_a_deterministic_target_ends_saying_so(tmp_path: 
     ]
     config = {
         "name": "det", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
-        "command": f"{sys.executable} train.py", "launcher": "local", "stop": "3 experiments, 1m each",
+        "command": f"{sys.executable} train.py", "launcher": "local", "keep_rule": "noise", "stop": "3 experiments, 1m each",
         "prefix": "autoresearch/t-det", "policy": {"mutable": ["train.py"], "kind": "queue", "queue": queue},
     }  # fmt: skip
     (repo / "campaign.yaml").write_text(yaml.safe_dump(config))
@@ -108,7 +108,20 @@ def test_equal_values_tie_exactly_whatever_the_float_sum_gives():
 @pytest.fixture
 def max_campaign(tmp_path: Path) -> Path:
     repo = make_repo(tmp_path / "project", {"train.py": "print('acc: 1')\n"})
-    ars(repo, "campaign", "init", "acc", "--metric", "acc", "--direction", "max", "--command", "true")
+    ars(
+        repo,
+        "campaign",
+        "init",
+        "acc",
+        "--keep-rule",
+        "noise",
+        "--metric",
+        "acc",
+        "--direction",
+        "max",
+        "--command",
+        "true",
+    )
     path = repo / CAMPAIGNS_DIR / "acc" / "results.tsv"
     for n, value in enumerate((0.50, 0.70, 0.60)):
         ledger.append(path, ledger.Row(branch=f"b/{n}", commit=f"c{n}", metric_name="acc", metric_value=value,
@@ -249,9 +262,9 @@ def test_computed_defaults_in_the_help_are_the_ones_the_code_applies():
         in SETTINGS["first_step_timeout"].help
     )
     assert noise.baseline_repeats_default(60) == noise.DEFAULT_POLICY.best_runs
-    assert (
-        f"(default {noise.DEFAULT_POLICY.best_runs} when runs are under" in SETTINGS["baseline_repeats"].help
-    )
+    said = SETTINGS["baseline_repeats"].help
+    assert f"(default {screening.BASELINE_RUNS} when runs are under" in said
+    assert f"under keep_rule noise {noise.DEFAULT_POLICY.best_runs}, else 1" in said
 
 
 def test_the_template_check_catches_a_wrong_default_and_an_unknown_key():
@@ -321,7 +334,7 @@ def tmux_campaign(repo: Path, socket: str, **extra) -> Path:
     config = {
         "name": "tm", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
         "command": f"{sys.executable} train.py", "launcher": "tmux", "tmux_socket": socket,
-        "stop": "3 experiments, 1m each", "prefix": "autoresearch/t-tm", "baseline_repeats": 1,
+        "keep_rule": "noise", "stop": "3 experiments, 1m each", "prefix": "autoresearch/t-tm", "baseline_repeats": 1,
         "policy": {"mutable": ["train.py"], "kind": "queue", "queue": queue}, **extra,
     }  # fmt: skip
     (repo / "campaign.yaml").write_text(yaml.safe_dump(config))
@@ -356,7 +369,7 @@ def test_keep_sessions_at_end_leaves_the_latest_sessions_open(server: TmuxServer
 @needs_tmux
 def test_the_end_never_closes_a_running_session(server: TmuxServer, tmp_path: Path):
     repo = make_repo(tmp_path / "project", {"train.py": FIXED})
-    ars(repo, "campaign", "init", "tm", "--metric", "val_bpb", "--direction", "min", "--command", "true",
+    ars(repo, "campaign", "init", "tm", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min", "--command", "true",
         "--launcher", "tmux", "--tmux-socket", server.name)  # fmt: skip
     campaign = store.find("tm", cwd=repo)
     launcher = get_launcher("tmux", socket=server.name)

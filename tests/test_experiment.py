@@ -54,7 +54,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def init_campaign(repo: Path, *extra: str, stop: str = "4 experiments or 1h total, 1m each") -> None:
-    ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
+    ars(repo, "campaign", "init", "demo", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min",
         "--command", f"{sys.executable} train.py", "--stop", stop, "--prefix", "autoresearch/t-demo",
         *extra, *([] if "--baseline-repeats" in extra else ["--baseline-repeats", "1"]))  # fmt: skip
 
@@ -243,17 +243,53 @@ def test_memory_resume_after_a_context_reset_restates_the_campaign(repo: Path):
         ),
         (
             "campaign",
-            ["campaign", "init", "demo", "--metric", "m", "--direction", "min", "--command", "true"],
+            [
+                "campaign",
+                "init",
+                "demo",
+                "--keep-rule",
+                "noise",
+                "--metric",
+                "m",
+                "--direction",
+                "min",
+                "--command",
+                "true",
+            ],
             "already exists",
         ),
         (
             "detached",
-            ["campaign", "init", "d2", "--metric", "m", "--direction", "min", "--command", "true"],
+            [
+                "campaign",
+                "init",
+                "d2",
+                "--keep-rule",
+                "noise",
+                "--metric",
+                "m",
+                "--direction",
+                "min",
+                "--command",
+                "true",
+            ],
             "detached HEAD",
         ),
         (
             "plain",
-            ["campaign", "init", "d3", "--metric", "m", "--direction", "min", "--command", "true"],
+            [
+                "campaign",
+                "init",
+                "d3",
+                "--keep-rule",
+                "noise",
+                "--metric",
+                "m",
+                "--direction",
+                "min",
+                "--command",
+                "true",
+            ],
             "not inside a git repository",
         ),
     ],
@@ -297,7 +333,7 @@ def test_cancel_stops_the_run_and_records_one_row(repo: Path):
 
 def test_worktrees_off_refuses_a_dirty_tree_and_says_how_to_proceed(repo: Path):
     (repo / "train.py").write_text(TRAIN + "# mine\n")
-    init = ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min", "--command", "true",
+    init = ars(repo, "campaign", "init", "demo", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min", "--command", "true",
                "--worktrees", "off").stdout  # fmt: skip
     assert "working_tree: 1 modified: train.py" in init
     assert "worktrees are off and the tree has uncommitted changes" in init

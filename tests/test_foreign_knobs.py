@@ -54,6 +54,7 @@ name: fk
 metric: val_bpb
 direction: min
 command: {command or f"{sys.executable} train.py config.py"}
+keep_rule: noise
 stop: "{extra.pop("stop", "3 experiments")}"
 baseline_repeats: 1
 """
@@ -119,7 +120,7 @@ def test_a_knob_the_command_line_overrides_is_warned_about_by_validate(repo: Pat
 
 def test_exp_run_refuses_a_file_change_the_command_line_overrides_unless_asked(repo: Path):
     command = f"{sys.executable} train.py config.py --n_embd=64"
-    ars(repo, "campaign", "init", "fk", "--metric", "val_bpb", "--direction", "min", "--command", command,
+    ars(repo, "campaign", "init", "fk", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min", "--command", command,
         "--stop", "6 experiments", "--baseline-repeats", "1")  # fmt: skip
     ars(repo, "exp", "baseline")
     workdir = Path(
@@ -141,7 +142,7 @@ def test_exp_run_refuses_a_file_change_the_command_line_overrides_unless_asked(r
 
 def test_an_experiment_s_own_command_line_knobs_are_recorded_rerun_alike_and_named_at_the_end(repo: Path):
     command = f"{sys.executable} train.py config.py"
-    ars(repo, "campaign", "init", "fk", "--metric", "val_bpb", "--direction", "min", "--command", command,
+    ars(repo, "campaign", "init", "fk", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min", "--command", command,
         "--stop", "6 experiments", "--baseline-repeats", "1")  # fmt: skip
     ars(repo, "exp", "baseline")
     started = ars(
@@ -186,7 +187,19 @@ def test_the_worktreeinclude_hint_names_prepared_data_never_a_run_output_folder(
 
 
 def test_campaign_init_refuses_what_validate_refuses_before_a_folder_exists(repo: Path):
-    init = ("campaign", "init", "fk", "--metric", "val_bpb", "--direction", "min", "--stop", "3 experiments")
+    init = (
+        "campaign",
+        "init",
+        "fk",
+        "--keep-rule",
+        "noise",
+        "--metric",
+        "val_bpb",
+        "--direction",
+        "min",
+        "--stop",
+        "3 experiments",
+    )
     refused = ars(repo, *init, "--command", f"nice -n 10 {sys.executable} trian.py", code=2)
     assert "script trian.py does not exist" in refused.stderr
     assert not (repo / "reports").exists()
@@ -243,7 +256,7 @@ def test_a_campaign_run_again_takes_up_its_files_policy_and_names_what_it_keeps(
 
 def test_a_child_of_the_best_builds_on_the_best_s_command_line_knobs(repo: Path):
     command = f"{sys.executable} train.py config.py"
-    ars(repo, "campaign", "init", "fk", "--metric", "val_bpb", "--direction", "min", "--command", command,
+    ars(repo, "campaign", "init", "fk", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min", "--command", command,
         "--stop", "6 experiments", "--baseline-repeats", "1")  # fmt: skip
     ars(repo, "exp", "baseline")
     ars(repo, "exp", "start", "workers", "-m", "2 workers", "--args", "-n=2")

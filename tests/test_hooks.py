@@ -42,7 +42,7 @@ def stop(cwd: Path, active: bool = False, *args: str):
 def repo(tmp_path) -> Path:
     """A repository with a campaign `demo`: 3 experiments, nothing run yet."""
     repo = make_repo(tmp_path / "repo", {"train.py": "print('val_bpb: 1.0')\n"})
-    ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
+    ars(repo, "campaign", "init", "demo", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min",
         "--command", "python train.py", "--stop", "3 experiments")  # fmt: skip
     return repo
 
@@ -152,7 +152,20 @@ def test_stop_finds_the_campaign_from_a_linked_worktree_elsewhere(repo, tmp_path
 
 
 def test_only_the_current_campaign_or_one_in_flight_keeps_the_agent(repo):
-    ars(repo, "campaign", "init", "other", "--metric", "m", "--direction", "min", "--command", "true")
+    ars(
+        repo,
+        "campaign",
+        "init",
+        "other",
+        "--keep-rule",
+        "noise",
+        "--metric",
+        "m",
+        "--direction",
+        "min",
+        "--command",
+        "true",
+    )
     reason = stop(repo)["reason"]  # `other` is now the current campaign; demo has nothing in flight
     assert "Campaign other is not finished" in reason
 

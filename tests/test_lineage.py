@@ -153,7 +153,7 @@ def test_the_report_chain_is_the_path_to_the_best_with_siblings_as_branches(camp
     assert "| 4 | keep | 0.935000 | -0.085000 | 0.0m | rerun of #3 | warm idea |" in table
     assert "- #5 `lr-deep` (crash): crash: CUDA out of memory" in section(md, "Failures")
     page = report.write_report(campaign)["html"].read_text()
-    assert '<p style="margin-left:2.5em">- branch: #7 `autoresearch/x/warm-big`' in page
+    assert "<ul>\n<li>branch: #7 <code>autoresearch/x/warm-big</code>" in page
 
 
 def test_ars_campaign_tree_prints_the_tree_and_the_same_as_data(campaign):

@@ -221,6 +221,7 @@ def write_campaign(repo: Path, model: FakeModel, policy: dict, stop: str, **extr
         "preset": "karpathy",
         "command": f"{sys.executable} train.py",
         "launcher": "local",
+        "keep_rule": "noise",
         "stop": stop,
         "prefix": "autoresearch/t-llm",
         "baseline_repeats": 1,  # one run per commit: these tests are about the policy, not the noise
@@ -616,7 +617,7 @@ def test_the_templates_validate_on_the_tiny_lm_target(tmp_path: Path, template: 
 def test_validate_names_each_endpoint_problem(repo: Path):
     config = {
         "name": "llm", "metric": "val_bpb", "direction": "min", "command": "python3 train.py",
-        "launcher": "local", "stop": "2 experiments",
+        "launcher": "local", "keep_rule": "noise", "stop": "2 experiments",
         "policy": {"kind": "llm_diff", "base_url": "localhost:8000", "api_key_env": KEY, "mutable": ["train.py"],
                    "space": {"LR": [0.02], "DEPTH": [2]}, "required_calls": ["evaluate"]},
     }  # fmt: skip

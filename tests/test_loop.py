@@ -72,6 +72,7 @@ def write_campaign(repo: Path, policy: dict, stop: str = "10 experiments", **ext
         "preset": "karpathy",
         "command": f"{sys.executable} train.py",
         "launcher": "local",
+        "keep_rule": "noise",
         "stop": stop,
         "prefix": "autoresearch/t-loop",
         "baseline_repeats": 1,  # one run per commit: these tests are about the loop, not the noise

@@ -41,7 +41,7 @@ def dice(tmp_path: Path, *values: float) -> dict:
 
 
 def init(repo: Path, env: dict) -> None:
-    ars(repo, "campaign", "init", "n", "--metric", "val_bpb", "--direction", "min", "--baseline-repeats", "2",
+    ars(repo, "campaign", "init", "n", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min", "--baseline-repeats", "2",
         "--command", f"{sys.executable} train.py", "--stop", "10 experiments, 1m each", env=env)  # fmt: skip
 
 
@@ -117,7 +117,7 @@ def test_reruns_still_owed_when_the_count_ends_the_campaign_run_before_the_end(r
     """The count ends the campaign with a new best resting on one run: the next: line, the Stop
     hook and the refusal rule all let its owed rerun run while time remains, then let go."""
     env = dice(tmp_path, 1.00, 1.02, 0.50, 0.51)
-    ars(repo, "campaign", "init", "n", "--metric", "val_bpb", "--direction", "min", "--baseline-repeats", "2",
+    ars(repo, "campaign", "init", "n", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min", "--baseline-repeats", "2",
         "--command", f"{sys.executable} train.py", "--stop", "2 experiments, 1m each", env=env)  # fmt: skip
     ars(repo, "exp", "baseline", env=env)
     out = hypothesis(repo, env)
@@ -156,7 +156,7 @@ def test_the_loop_runs_the_owed_reruns_of_the_best_before_it_ends(repo: Path, tm
     env = dice(tmp_path, 1.00, 1.02, 0.50, 0.51)
     config = {
         "name": "n", "metric": "val_bpb", "direction": "min", "command": f"{sys.executable} train.py",
-        "launcher": "local", "stop": "2 experiments, 1m each", "baseline_repeats": 2,
+        "launcher": "local", "keep_rule": "noise", "stop": "2 experiments, 1m each", "baseline_repeats": 2,
         "policy": {"kind": "queue", "mutable": ["train.py"],
                    "queue": [{"slug": "idea", "description": "an idea", "set": {"IDEA": 1}}]},
     }  # fmt: skip

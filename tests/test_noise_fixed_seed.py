@@ -174,7 +174,7 @@ def test_a_campaign_on_a_fixed_seed_script_stops_the_baseline_at_two_runs_and_sa
     ]
     config = {
         "name": "fs", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
-        "command": f"{sys.executable} train.py", "launcher": "local", "stop": "3 experiments, 1m each",
+        "command": f"{sys.executable} train.py", "launcher": "local", "keep_rule": "noise", "stop": "3 experiments, 1m each",
         "prefix": "autoresearch/t-fs", "policy": {"mutable": ["train.py"], "kind": "queue", "queue": queue},
     }  # fmt: skip
     (tmp_path / "campaign.yaml").write_text(yaml.safe_dump(config))
@@ -197,7 +197,7 @@ def test_a_campaign_on_a_fixed_seed_script_stops_the_baseline_at_two_runs_and_sa
 
 def test_ars_exp_baseline_on_a_fixed_seed_script_runs_twice_and_says_why(tmp_path: Path):
     repo = make_repo(tmp_path / "project", {"train.py": TRAIN})
-    ars(repo, "campaign", "init", "fs", "--metric", "val_bpb", "--direction", "min",
+    ars(repo, "campaign", "init", "fs", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min",
         "--command", f"{sys.executable} train.py", "--stop", "10 experiments, 1m each")  # fmt: skip
     done = ars(repo, "exp", "baseline")
     table = ledger.read(repo / CAMPAIGNS_DIR / "fs" / "results.tsv")

@@ -64,6 +64,7 @@ def write_campaign(repo: Path, policy: dict, stop: str = "10 experiments", **ext
         "direction": "min",
         "command": f"{sys.executable} train.py",
         "launcher": "local",
+        "keep_rule": "noise",
         "stop": stop,
         "prefix": PREFIX,
         "baseline_repeats": 1,  # one run per commit unless a test is about repeats

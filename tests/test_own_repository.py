@@ -50,6 +50,7 @@ def campaign_file(repo: Path, **extra) -> Path:
         "command": COMMAND,
         "launcher": "local",
         "parallel": 2,
+        "keep_rule": "noise",
         "stop": "4 experiments, 2m each",
         "baseline_repeats": 1,
         "policy": {

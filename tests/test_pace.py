@@ -201,6 +201,7 @@ def test_a_nanogpt_run_records_its_pace_and_one_at_half_the_pace_is_not_comparab
         "command": COMMAND,
         "launcher": "local",
         "parallel": 1,  # one at a time: a run's pace is its own
+        "keep_rule": "noise",
         "stop": "3 experiments, 2m each",
         "baseline_repeats": 1,
         "policy": {

@@ -399,7 +399,8 @@ def test_report_of_a_campaign_run_through_ars(tmp_path: Path):
     dice.write_text("1.00 1.02 0.99 1.03 0.90 0.91")  # baseline twice, near twice, far twice
     env = {"VALUES": str(dice)}
     ars(repo, "campaign", "init", "n", "--metric", "val_bpb", "--direction", "min", "--baseline-repeats", "2",
-        "--command", f"{sys.executable} train.py", "--stop", "10 experiments, 1m each", env=env)  # fmt: skip
+        "--keep-rule", "noise", "--command", f"{sys.executable} train.py", "--stop", "10 experiments, 1m each",
+        env=env)  # fmt: skip
     ars(repo, "exp", "baseline", env=env)
     for n, (slug, predict) in enumerate([("near", "val_bpb -0.01"), ("far", "-2%")], 1):
         started = ars(repo, "exp", "start", slug, "-m", f"idea {n}", "--predict", predict, env=env).stdout

@@ -96,7 +96,7 @@ max_commit_mb: 5
 ADDED_KEYS = [
     "pattern", "worktree_include", "carry_copy_mb", "args_style", "ray_address", "ray_working_dir",
     "keep_sessions_at_end", "keep_outputs", "outputs_max_gb", "holdout", "holdout_pattern", "holdout_command",
-    "seed",
+    "seed", "keep_rule",
 ]  # fmt: skip
 
 
@@ -226,10 +226,12 @@ def test_prose_defaults_in_the_help_match_the_modules_that_apply_them():
     timeout = format_duration(WATCH_DEFAULTS["first_step_timeout"])
     assert f"(default {timeout})" in SETTINGS["first_step_timeout"].help
     assert f"(default {noise.DEFAULT_POLICY.margin:g})" in SETTINGS["noise_margin"].help
-    repeats = (
-        f"default {noise.DEFAULT_POLICY.best_runs} when runs are under {noise.SHORT_RUN_SECONDS // 60} min"
-    )
-    assert repeats in SETTINGS["baseline_repeats"].help
+    from autoresearch_skills.campaign import screening
+
+    minutes = noise.SHORT_RUN_SECONDS // 60
+    said = SETTINGS["baseline_repeats"].help
+    assert f"default {screening.BASELINE_RUNS} when runs are under {minutes} min" in said
+    assert f"under keep_rule noise {noise.DEFAULT_POLICY.best_runs}, else 1" in said
     assert f"default {CAMPAIGNS_DIR.as_posix()}/<name>" in SETTINGS["folder"].help
     from autoresearch_skills import runwatch
 

@@ -77,7 +77,7 @@ def write_campaign(repo: Path, sleeps: list[float], stop: str = "3 experiments")
     ]
     config = {
         "name": "sig", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
-        "command": f"{sys.executable} train.py", "launcher": "local", "stop": stop,
+        "command": f"{sys.executable} train.py", "launcher": "local", "keep_rule": "noise", "stop": stop,
         "prefix": "autoresearch/t-sig", "baseline_repeats": 1,
         "policy": {"kind": "queue", "queue": queue, "mutable": ["train.py"]},
     }  # fmt: skip
@@ -155,7 +155,7 @@ def test_a_second_signal_leaves_the_run_going_and_resume_adopts_it(repo: Path):
 
 
 def agent_campaign(repo: Path) -> None:
-    ars(repo, "campaign", "init", "sig", "--metric", "val_bpb", "--direction", "min",
+    ars(repo, "campaign", "init", "sig", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min",
         "--command", f"{sys.executable} train.py", "--stop", "4 experiments", "--prefix", "autoresearch/t-sig",
         "--baseline-repeats", "1")  # fmt: skip
     ars(repo, "exp", "baseline")

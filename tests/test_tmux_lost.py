@@ -81,7 +81,7 @@ def test_the_loop_records_lost_sessions_as_crashes_and_goes_on(repo: Path, serve
     config = {
         "name": "ng", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
         "command": f"{sys.executable} train.py", "launcher": "tmux", "tmux_socket": server.name,
-        "stop": "4 experiments", "prefix": "autoresearch/ng", "baseline_repeats": 1,
+        "keep_rule": "noise", "stop": "4 experiments", "prefix": "autoresearch/ng", "baseline_repeats": 1,
         "keep_sessions_at_end": True,  # the server outlives the campaign, for doctor to find below
         "policy": {"kind": "queue", "mutable": ["train.py"], "frozen": ["prepare.py"], "queue": [
             {"slug": "lr-a", "description": "LR 0.02, session killed", "set": {"LR": 0.02}},
@@ -138,7 +138,7 @@ def test_status_and_doctor_show_a_run_lost_with_its_server_before_it_is_recorded
     markers = tmp_path / "markers"
     markers.mkdir()
     env = {"MARKERS": str(markers), "HANG_FOR": "baseline"}
-    ars(repo, "campaign", "init", "demo", "--metric", "val_bpb", "--direction", "min",
+    ars(repo, "campaign", "init", "demo", "--keep-rule", "noise", "--metric", "val_bpb", "--direction", "min",
         "--command", f"{sys.executable} train.py", "--stop", "4 experiments", "--prefix", "autoresearch/d",
         "--baseline-repeats", "1", "--launcher", "tmux", "--tmux-socket", server.name)  # fmt: skip
     ars(repo, "exp", "baseline", "--detach", env=env)

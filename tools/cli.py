@@ -48,6 +48,7 @@ COMMANDS = {
     "memory": ("autoresearch_skills.memory:cli", "Session memory: start, checkpoint, handoff, show, resume."),
     "hook": ("autoresearch_skills.hooks:cli", "Agent hooks: block a stop while the campaign goes on; restate it."),
     "report": ("autoresearch_skills.report:cli", "Write report.md, report.html and the charts."),
+    "dashboard": ("autoresearch_skills.dashboard.cli:cli", "A live page of the campaigns: slots, chart, tree, ledger."),
     "profile": (
         "autoresearch_skills.reward.cli:cli",
         "NeMo Gym-compatible reward profiles, pass@k, compare.",

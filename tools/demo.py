@@ -67,6 +67,7 @@ def main() -> None:
     print(f"  ledger:  {folder / 'results.tsv'}")
     print(f"  report:  {folder / 'report.md'}  (and report.html)")
     print(f"  chart:   {folder / 'progress.png'}")
+    print(f"  live:    ars dashboard {folder}   (http://127.0.0.1:8765; ssh -L 8765:localhost:8765)")
     print(f"  branches: git -C {scratch} branch --list 'autoresearch/*'")
     print(f"  memory:  ars memory resume   (run inside {scratch})")
 

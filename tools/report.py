@@ -23,12 +23,9 @@ ledger on one row."""
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
 import os
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
-from autoresearch_skills.campaign import holdout, lineage, noise, outputs, prediction
+from autoresearch_skills.campaign import holdout, lineage, noise, outputs, prediction, screening
 from autoresearch_skills.clock import parse_iso
 from autoresearch_skills.errors import Refused, is_refusal, run_cli
 from autoresearch_skills.ledger import Row
@@ -55,9 +52,6 @@ COLOURS = {
 }
 
 
-IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
-CELL_BORDER = re.compile(r"(?<!\\)\|")  # a `|` that is not escaped as `\|` inside a cell
-LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([\w./-]+)\)")  # a file beside the report; no scheme, no quotes
 CHROME_COLOURS = {  # trace viewer's reserved colour names (chrome://tracing; Perfetto picks its own)
     Status.KEEP: "good",
     Status.DISCARD: "grey",
@@ -659,6 +653,9 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
         lead = f"; {z:.1f} sigma {'ahead' if z >= 0 else 'behind'}" if z is not None else ""
         lines.append(f"| change | {_fmt(change, signed=True)}{rel}{lead} | |")
     lines.append("")
+    claim = screened_claim(st, metric, direction)
+    if claim:
+        lines += [f"Verdict: {claim}.", ""]
     if not base:
         elsewhere = any(r.is_baseline and has_metric(r) for r in st.apart)
         lines += [
@@ -668,6 +665,15 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
             "",
         ]
     return lines
+
+
+def screened_claim(st: Standing, metric: str, direction: str) -> str | None:
+    """Under screening (campaign/keeprule.py), what the campaign claims of its best: confirmed,
+    unconfirmed, fallen back or not yet re-measured; None under the noise rule."""
+    finished = [r for r in st.comparable if r.status.is_finished()]
+    if not finished or not screening.screened(finished):
+        return None
+    return screening.describe(screening.verdict(finished, direction), metric)
 
 
 def what_it_left(campaign: Campaign, rows: list[Row]) -> list[str]:
@@ -722,9 +728,16 @@ def chain_section(st: Standing, direction: str) -> list[str]:
     one grew from, by the mean of its runs; with the noise known, how many runs and how far ahead
     of the link it grew from, in sigma. Kept experiments beside the path are branches under the
     link they grew from, never links; a candidate its rerun kept says which rerun."""
-    lines = ["## Chain of kept improvements", ""]
+    screened = screening.screened(r for r in st.comparable if r.status.is_finished())
+    lines = ["## Chain of screened keeps" if screened else "## Chain of kept improvements", ""]
     off_path = branches(st)
     intro = []
+    if screened:
+        intro.append(
+            "Each link was kept on one run, by its shrinkage estimate against the best's: the parent "
+            "of what came next, not a claim that its change helped. The only claim is the verdict under "
+            "Result, made on fresh runs of the best and the baseline."
+        )
     if st.noise_aware and st.chain:
         intro.append(
             "Each commit by the mean of its runs (reruns included); the margin is its lead over the "
@@ -823,49 +836,22 @@ def predictions_section(rows: list[Row], metric: str, confirmed: dict[int, int] 
     return lines
 
 
-def render_html(markdown_text: str, images: list[Path]) -> str:
-    """A self-contained page: the Markdown shown as preformatted text, tables as tables, the
-    charts inline (an image line names one of `images`), links as links, a nested list item
-    (a branch of the chain) indented as in the Markdown."""
-    inline = {path.name: base64.b64encode(path.read_bytes()).decode() for path in images}
-    body: list[str] = []
-    table: list[str] = []
+def render_html(campaign: Campaign, rows: list[Row], markdown_text: str, images: list[Path]) -> str:
+    """The campaign's dashboard page as it stands, frozen (`ars dashboard` renders the same page
+    live): the stop line, baseline and best, the slots, the progress chart, the experiment tree,
+    the timeline and the ledger, the charts as inline SVG; then the report's Markdown, rendered by
+    markdown-it-py with its PNG charts (`images`) inline. One self-contained file."""
+    from autoresearch_skills.dashboard import facts, page  # Jinja2 and markdown-it-py: loaded only here
 
-    def flush_table() -> None:
-        if table:
-            cells = [
-                [html.escape(c.strip().replace("\\|", "|")) for c in CELL_BORDER.split(line.strip()[1:-1])]
-                for line in table
-                if not set(line) <= set("|-: ")
-            ]
-            head, *rest = cells
-            body.append("<table><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr>")
-            body.extend("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rest)
-            body.append("</table>")
-            table.clear()
-
-    for line in markdown_text.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush_table()
-        if line.startswith("![") and (found := IMAGE.match(line)) and found.group(2) in inline:
-            alt, name = found.groups()
-            body.append(f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{inline[name]}">')
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            body.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
-        elif line.strip():
-            text = LINK.sub(lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', html.escape(line.lstrip()))
-            indent = len(line) - len(line.lstrip())
-            body.append(f'<p style="margin-left:{indent / 2:g}em">{text}</p>' if indent else f"<p>{text}</p>")
-    flush_table()
-    style = (
-        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
-        "img{max-width:100%}"
-    )
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>report</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+    s = campaign.settings
+    st = standing(rows, s.direction, seeded=s.seed is not None)
+    timed = spans(rows)
+    confirmed = confirmations(lineage.build(rows, s.direction) if st.apart else st.tree)
+    found = attempts(rows)
+    shown = {r.index: notes(r, confirmed.get(r.index)) for r in rows}
+    derived = facts.Derived(st, timed, slot_names(timed), found, shown)
+    known = facts.campaign_facts(campaign, rows, derived)
+    return page.render_page(known, report=page.markdown_html(markdown_text, images))
 
 
 def _save_figure(fig: Any, path: Path) -> None:
@@ -905,7 +891,7 @@ def write_report(campaign: Campaign, out_dir: Path | None = None, trace: bool = 
         campaign, rows, chart.name, timeline.name, paths["trace"].name if trace else ""
     )
     write_text_atomic(paths["report"], markdown_text)
-    write_text_atomic(paths["html"], render_html(markdown_text, [chart, timeline]))
+    write_text_atomic(paths["html"], render_html(campaign, rows, markdown_text, [chart, timeline]))
     return paths
 
 

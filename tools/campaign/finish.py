@@ -50,7 +50,9 @@ def wrap_up(campaign: Campaign) -> list[str]:
         estimate = noise.estimate(
             rows, fingerprint=best.fingerprint, seeded=campaign.settings.seed is not None
         )
-        if estimate.deterministic:
+        if best.claim:
+            alone = ""  # screening: the claim is in the line, the verdict below
+        elif estimate.deterministic:
             alone = f" ({'one run: ' if best.n == 1 else ''}{estimate.deterministic_text})"
         else:
             alone = " (one run: no rerun confirmed it)" if best.n == 1 else ""

@@ -81,7 +81,7 @@ def decide(
     found = screening.screen(mine, run, direction)
     after: list[screening.ScreeningRow] = [*mine, replace(run, status=found.status)]
     tree = screening.tree(after, direction)
-    node = next(n for n in tree.nodes.values() if index in n.indexes)
+    node = next((n for n in tree.nodes.values() if index in n.indexes), None)  # None: a broken idea
     finishing = rerun_of is not None and len(tree.nodes) > 1
     flags = [screening.FINISH_FLAG if finishing else screening.SCREENED_FLAG]
     reason = found.reason
@@ -92,7 +92,7 @@ def decide(
         reason += f"; the finish is done: {said} ({ended.reason})"
     noise_sd, dof = screening.within(tree)
     return noise.Decision(
-        found.status, None, len(node.losses), reason, noise_sd if dof else None,
+        found.status, None, len(node.losses) if node else 1, reason, noise_sd if dof else None,
         found.estimate.mean if found.estimate else None, found.best.key if found.best else None,
         dof or None, flags="; ".join(f for f in flags if f),
     )  # fmt: skip
@@ -162,4 +162,5 @@ def verdict_line(settings: Settings, rows: list[Row]) -> str | None:
     if not mine:
         return None
     ended = screening.verdict(mine, settings.direction)
-    return screening.describe(ended, settings.metric, seeded=settings.seed is not None)
+    fixed_seed = noise.DETERMINISTIC if settings.seed is None else None
+    return screening.describe(ended, settings.metric, fixed_seed)

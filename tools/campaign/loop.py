@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from autoresearch_skills.campaign import experiment, noise, scheduler
+from autoresearch_skills.campaign import experiment, noise, scheduler, screening
 from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.proposals import (
     MAX_RETRIES,
@@ -636,7 +636,8 @@ class Loop:
             row=row.to_dict(),
         )
         for flag in result.flags:
-            self.out.event("warning", f"#{row.index} {item.key}: {flag}")
+            if not screening.is_rule_flag(flag):  # which rule decided: the result line says it
+                self.out.event("warning", f"#{row.index} {item.key}: {flag}")
 
     def best_text(self) -> str:
         best = noise.best(self.campaign.rows(), self.campaign.settings.direction)

@@ -61,13 +61,14 @@ from enum import Enum
 from functools import lru_cache
 from typing import Protocol
 
-from autoresearch_skills.campaign.noise import DETERMINISTIC, t_line
+from autoresearch_skills.campaign.tdist import t_line
 from autoresearch_skills.outcome import Status
 
 BASELINE_RUNS = 2  # runs of the baseline before the first idea: a first noise estimate
 FINISH_BEST_RERUNS = 2  # fresh runs of the final best, chosen for nothing: its unbiased value
 FINISH_BASELINE_RERUNS = 1  # one more baseline run: the other side of the re-measured gain
 FINISH_RUNS = FINISH_BEST_RERUNS + FINISH_BASELINE_RERUNS
+BROKEN_LINE = 5.0  # a discarded idea this many predictive sd worse than its parent is broken
 KEEP_LINE = 1.0  # the re-measured gain, in sd of the difference, that keeps the best as the result
 CONFIRM_LINE = 2.054  # ... that confirms it as an effect: a one-sided 2% test (false claims <= 2%)
 # the ratios spread^2 / noise^2 the fit tries first, and how strongly it prefers ratios near 1 while
@@ -123,6 +124,7 @@ class Tree:
 
     nodes: dict[int, Node]  # by key, in the order of their first rows (parents before children)
     direction: str
+    broken: frozenset[int] = frozenset()  # rows of ideas left out as broken (`_without_broken`)
 
     @property
     def baseline(self) -> Node | None:
@@ -246,7 +248,45 @@ def tree(rows: Iterable[ScreeningRow], direction: str) -> Tree:
         node.indexes.append(row.index)
         node.kept = node.kept or row.status == Status.KEEP
         node.reruns += target is not None
-    return Tree(nodes, direction)
+    return _without_broken(Tree(nodes, direction))
+
+
+def _without_broken(found: Tree) -> Tree:
+    """The tree without its broken ideas: discarded leaves of one run so much worse than their
+    parent that the model cannot hold them: more than BROKEN_LINE predictive sd (the parent's
+    posterior, the effects' spread and the run noise, all fitted without the leaf) beyond the mean
+    effect. Effects are not normal: a learning rate ten times too low is no evidence that its parent
+    was lucky, and left in, one such run inflates the fitted noise and spread and pulls its parent
+    below the baseline. The worst leaf is tested first, then the next, until one holds; only the
+    worse side and only leaves: a child that beats its parent always counts."""
+    nodes = dict(found.nodes)
+    broken: list[int] = []
+    while True:
+        has_children = {n.parent for n in nodes.values() if n.parent is not None}
+        leaves = [
+            n for n in nodes.values()
+            if n.parent is not None and not n.kept and len(n.losses) == 1 and n.key not in has_children
+        ]  # fmt: skip
+        if not leaves:
+            break
+        worst = max(leaves, key=lambda n: n.losses[0] - _mean(nodes[n.parent].losses))  # type: ignore[index]
+        rest = Tree({key: n for key, n in nodes.items() if key != worst.key}, found.direction)
+        prior = fit(rest)
+        if prior is None or worst.parent is None:
+            break
+        parent = estimates(rest, prior)[worst.parent]
+        spread = math.sqrt(parent.var + prior.spread**2 + prior.noise**2)
+        if spread <= 0 or worst.losses[0] - parent.loss - prior.mean <= BROKEN_LINE * spread:
+            break
+        broken += worst.indexes
+        nodes = rest.nodes
+    if not broken:
+        return found
+    return Tree(nodes, found.direction, frozenset(broken))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 # ---------------------------------------------------------------- the fit
@@ -419,6 +459,12 @@ def screen(rows: Sequence[ScreeningRow], row: ScreeningRow, direction: str) -> S
     estimate beats the best's, both after the run. The first result is kept; a rerun of a kept
     node stays kept."""
     found = tree([*rows, _Undecided(row)], direction)
+    if row.index in found.broken:
+        return Screening(
+            Status.DISCARD, None, None,
+            f"far worse than its parent (over {BROKEN_LINE:g} sd beyond what the tree predicts): a broken idea, "
+            "left out of the estimates",
+        )  # fmt: skip
     node = next(n for n in found.nodes.values() if row.index in n.indexes)
     if not any(n.kept for n in found.nodes.values()):
         return Screening(Status.KEEP, None, None, "first result")
@@ -562,10 +608,10 @@ def screened(rows: Iterable[object]) -> bool:
     return any(marks & _flags(getattr(r, "flags", "")) for r in rows)
 
 
-def describe(found: Verdict, metric: str, seeded: bool = True) -> str:
+def describe(found: Verdict, metric: str, fixed_seed: str | None = None) -> str:
     """The verdict in one line: what the campaign claims, the gain it reports and why. Repeats that
-    agree exactly at a fixed seed (not `seeded`) measured no seed-to-seed noise: the gain is then
-    the gain at this seed, and the line says so (noise.DETERMINISTIC)."""
+    agree exactly at a fixed seed measured no seed-to-seed noise: the gain is then the gain at this
+    seed, and `fixed_seed` (noise.DETERMINISTIC, given when no `seed:` is set) says so."""
     if found.outcome is Outcome.NO_GAIN:
         return "no gain: the baseline stayed the best"
     if found.outcome is Outcome.BASELINE:
@@ -580,11 +626,11 @@ def describe(found: Verdict, metric: str, seeded: bool = True) -> str:
         Outcome.CONFIRMED: "confirmed",
         Outcome.SCREENED: "unconfirmed: the best stays the result, no effect is claimed",
         Outcome.DETERMINISTIC: "deterministic: the measured gain is the gain"
-        if seeded
+        if fixed_seed is None
         else "better at this seed, not shown to exceed seed-to-seed noise",
         Outcome.UNMEASURED: "screened, not yet re-measured: no effect is claimed",
     }[found.outcome]
-    reason = found.reason if seeded or found.outcome is not Outcome.DETERMINISTIC else DETERMINISTIC
+    reason = fixed_seed if fixed_seed and found.outcome is Outcome.DETERMINISTIC else found.reason
     return f"{claim}: #{found.best_key}, {gain}; {reason}"
 
 

@@ -313,7 +313,6 @@ class Settings:
     partition: str | int | None = None
     mem: str | int | None = None
     cpus: str | int | None = None
-    keep_rule: str | None = None                                 # None: the ledger's, else screening
     baseline_repeats: int | None = None                          # None: the keep rule's, by run length
     noise_margin: float | None = None                            # None: campaign/noise.py's
     comparable_margin: float = 0.2
@@ -338,6 +337,7 @@ class Settings:
     holdout_pattern: str | None = None
     holdout_command: str | None = None
     seed: str | None = None                                      # None: repeats run as the commit says
+    keep_rule: str | None = None                                 # None: the ledger's, else screening
     # fmt: on
 
     @classmethod
@@ -491,8 +491,7 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
     Key("partition", slurm_value(), "Slurm: the partition (sbatch --partition)"),
     Key("mem", slurm_value(), "Slurm: memory per run (sbatch --mem), e.g. 64G"),
     Key("cpus", slurm_value(), "Slurm: CPUs per run (sbatch --cpus-per-task)"),
-    Key("keep_rule", choice("screening", "noise"), "how a result is kept: screening (one run per idea judged on a shrinkage estimate, then the best and the baseline re-measured at the end) or noise (every lead confirmed by reruns); default: the rule the ledger was started with, screening for a new campaign (references/noise-and-decisions.md)"),
-    Key("baseline_repeats", integer(1), "baseline runs, to measure the noise between identical runs (default under screening: 2 when runs are under 30 min, else 1; under noise: 4, else 1, and every new best is run as often); without `seed:`, two identical runs end the repeats (a fixed seed: reruns cannot measure noise)"),
+    Key("baseline_repeats", integer(1), "baseline runs, to measure the noise between identical runs (default 2 when runs are under 30 min, else 1; under keep_rule noise 4, else 1, and every new best is run as often); without `seed:`, two identical runs end the repeats (a fixed seed: reruns cannot measure noise)"),
     Key("noise_margin", number(above=0), "a pooled mean of 2 runs is kept when it leads the best by this many sigma of the difference, 0.15 less per further run, as a Student t line at sigma's degrees of freedom (default 2.5)"),
     Key("comparable_margin", number(at_least=0), "how far (as a fraction) steps or throughput may differ from the parent's for rows to be ranked together"),
     Key("frozen", paths(), "files no experiment may change (the evaluation, e.g. prepare.py)"),
@@ -516,6 +515,7 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
     Key("holdout_pattern", value_pattern(), "a regex that reads the held-out metric, as `pattern:` reads the metric"),
     Key("holdout_command", text(), "a command run once at the end in the best's and the baseline's checkouts, with ARS_OUTPUT_DIR set to that run's outputs (`python eval.py --ckpt $ARS_OUTPUT_DIR/out/ckpt.pt`); it prints the `holdout` metric"),
     Key("seed", text(), "the seed knob (a flag such as --seed, or a config key as `space:` names one): the repeats of one commit run with seeds 1, 2, 3 ... above its own, so reruns measure seed-to-seed noise"),
+    Key("keep_rule", choice("screening", "noise"), "how a result is kept: screening (one run per idea judged on a shrinkage estimate, then the best and the baseline re-measured at the end) or noise (every lead confirmed by reruns); default: the rule the ledger was started with, screening for a new campaign (references/stop-rules.md)"),
 ])
 
 POLICY: dict[str, Key] = _declared(PolicySettings, [
