@@ -3,8 +3,29 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
+
+
+def pytest_configure(config):
+    """Compiled bytecode for every process of the run, in one folder of its own.
+
+    The suite starts `ars` and training scripts as real processes, hundreds of them. Where
+    PYTHONDONTWRITEBYTECODE is set (CI images, sandboxes), each one would compile every module it
+    imports from source again, as no installed package does: ~0.2 s a process on a 2-core machine.
+    There, the bytecode goes to a folder new for each run (a fresh clone's first run pays the
+    compilation once), outside the working tree (nothing appears in `git status` or in the test
+    repositories), shared by the xdist workers, which inherit the environment set here before they
+    start.
+    """
+    if hasattr(config, "workerinput") or not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return  # a worker inherits the controller's choice; elsewhere Python writes __pycache__ as usual
+    folder = tempfile.mkdtemp(prefix="ars-tests-pycache-")
+    os.environ["PYTHONPYCACHEPREFIX"] = folder
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 @pytest.fixture(autouse=True)

@@ -388,3 +388,62 @@ def test_divergence_needs_a_clear_improvement_then_a_sustained_return_past_the_s
     from autoresearch_skills.anomalies import diverged
 
     assert (diverged(list(enumerate(curve)), direction) is not None) is diverged_
+
+
+HEALTHY_LINE = "step {i} | actor/pg_loss: 0.0123 | critic/score/mean: 0.41 | response_length/mean: 512.3\n"
+
+
+def _big_log(tmp_path, trouble: dict[int, str], lines: int = 40_000):
+    """A log of several MB, healthy except the given lines (line number -> text)."""
+    log = tmp_path / "run.log"
+    log.write_text("".join(trouble.get(i, HEALTHY_LINE.format(i=i)) for i in range(1, lines + 1)))
+    return log
+
+
+def test_a_big_log_read_in_one_poll_finds_every_kind_on_its_line_at_any_offset(tmp_path):
+    trouble = {
+        1001: "step 1001 | LOSS: NaN\n",  # any case
+        7777: "  x torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",  # odd offset
+        9000: "Traceback (most recent call last):\n",
+        9001: '  File "train.py", line 3, in <module>\n',
+        9002: "ValueError: bad batch\n",
+        20001: "\x1b[31mNCCL timeout\x1b[0m on rank 3\n",
+        30000: "OSError: [Errno 28] No space left on device\n",
+        39999: "Killed\n",
+    }
+    log = _big_log(tmp_path, trouble)
+    assert log.stat().st_size > 3 * 2**20  # more than the block size that the sieve takes over at
+    scanner = LogScanner(log)
+    found = {a.kind: a.line_no for a in scanner.poll()}
+    assert found == {
+        "nan_loss": 1001, "cuda_oom": 7777, "traceback": 9002, "nccl": 20001, "disk_full": 30000, "killed": 39999,
+    }  # fmt: skip
+    assert scanner.found["traceback"].text == "ValueError: bad batch"
+    assert scanner.line_no == 40_000
+
+
+def test_a_big_log_shows_the_same_anomalies_whole_or_fed_line_by_line(tmp_path):
+    trouble = {
+        i: line for i, line in zip(range(500, 40_000, 997), (*NAN_LOGS, *KILLED_LOGS, *DISK_FULL_LOGS))
+    }
+    trouble |= {i + 1: "progress 10%\rprogress 20%\rloss: nan\n" for i in range(3000, 40_000, 7919)}
+    log = _big_log(
+        tmp_path, {i: f"{text}\n" if not text.endswith("\n") else text for i, text in trouble.items()}
+    )
+    whole = LogScanner(log)
+    whole.poll(final=True)
+    by_line = LogScanner()
+    for line in log.read_bytes().splitlines(keepends=True):
+        by_line.feed(line)
+    by_line.feed(b"", final=True)
+    assert whole.found and whole.line_no == by_line.line_no
+    assert {k: (a.line_no, a.text, a.count) for k, a in whole.found.items()} == {
+        k: (a.line_no, a.text, a.count) for k, a in by_line.found.items()
+    }
+
+
+def test_a_first_step_far_into_a_big_log_is_found_on_its_line(tmp_path):
+    log = _big_log(tmp_path, {25_000: "Training started: step 1/100\n"})
+    scanner = LogScanner(log, first_step=re.compile(r"step 1/\d+"))
+    scanner.poll()
+    assert scanner.first_step_line == 25_000

@@ -3,6 +3,7 @@ purpose), kept branches, the report and the chart."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -13,7 +14,11 @@ import pytest
 from autoresearch_skills import ledger
 from autoresearch_skills.outcome import CrashCause
 
-pytest.importorskip("torch", reason="the demo trains the tiny-lm target with torch")
+# Looked up, not imported: the demo runs torch in its own processes, and importing it here would
+# cost every test worker seconds at collection.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="the demo trains the tiny-lm target with torch"
+)
 
 
 @pytest.mark.timeout(400)

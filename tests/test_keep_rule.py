@@ -112,7 +112,7 @@ def test_a_new_campaign_screens_then_re_measures_the_best_and_confirms_it(repo: 
     assert [r.rerun_of for r in table[4:]] == ["2", "2", "0"]
     assert flags(table[4]) == flags(table[5]) == {"finish"} and flags(table[6]) == {"finish", "confirmed"}
     facts = status(repo)
-    assert facts["keep_rule"] == "screening" and facts["claim"].startswith("confirmed: #2, val_bpb gain +0.0")
+    assert facts["keep_rule"] == "screening" and facts["claim"].startswith("confirmed: #2, val_bpb -0.0")
     assert "confirmed" in facts["best"] and facts["best_row"]["index"] == 2
     report = ars(repo, "report").stdout
     text = (repo / FOLDER / "report.md").read_text()

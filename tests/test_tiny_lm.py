@@ -13,10 +13,14 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="tiny-lm needs torch (`make torch` installs the CPU wheel)")
+from autoresearch_skills import metrics
+from autoresearch_skills.resources import resource_dir
 
-from autoresearch_skills import metrics  # noqa: E402
-from autoresearch_skills.resources import resource_dir  # noqa: E402
+# Looked up, not imported: torch takes seconds to import, and every test worker collects this file.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="tiny-lm needs torch (`make torch` installs the CPU wheel)",
+)
 
 SUMMARY_KEYS = (
     "val_bpb",
@@ -32,6 +36,14 @@ STEP_LINE = re.compile(
     r"^step \d{5} \(\d+\.\d%\) \| loss: \d+\.\d{4} \| lr: \d\.\de[+-]\d\d \| tok/sec: [\d,]+$", re.M
 )
 HYPERPARAMETER = re.compile(r"^([A-Z][A-Z0-9_]*) = (\S+)( +# .+)?$", re.M)
+
+
+@pytest.fixture
+def torch():
+    """torch itself, imported only by the worker that runs a test needing it in-process."""
+    import torch
+
+    return torch
 
 
 @pytest.fixture
@@ -58,7 +70,7 @@ def set_hyperparameter(folder: Path, name: str, value: str) -> None:
     path.write_text(text)
 
 
-def test_short_run_learns_and_prints_every_summary_key(target, tmp_path):
+def test_short_run_learns_and_prints_every_summary_key(target, tmp_path, torch):
     set_hyperparameter(target, "LOG_EVERY", "5")  # several step lines even on a loaded machine
     outputs = tmp_path / "outputs"
     result = run_train(target, budget=4, ARS_OUTPUT_DIR=str(outputs))
@@ -106,7 +118,7 @@ def load_prepare(folder: Path):
     return module
 
 
-def test_uniform_model_scores_exactly_eight_bits_per_byte(target):
+def test_uniform_model_scores_exactly_eight_bits_per_byte(target, torch):
     prepare = load_prepare(target)
 
     class Uniform(torch.nn.Module):
@@ -116,7 +128,7 @@ def test_uniform_model_scores_exactly_eight_bits_per_byte(target):
     assert prepare.evaluate_bpb(Uniform()) == pytest.approx(8.0, abs=1e-4)
 
 
-def test_batches_are_next_byte_pairs_and_seeded(target):
+def test_batches_are_next_byte_pairs_and_seeded(target, torch):
     prepare = load_prepare(target)
     x, y = prepare.get_batch("train", 4, 16, torch.Generator().manual_seed(0))
     again, _ = prepare.get_batch("train", 4, 16, torch.Generator().manual_seed(0))

@@ -316,11 +316,7 @@ def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
         elif item.phase.is_open:
             where = f" in {item.workdir}" if item.workdir else ""
             steps.append(f"edit the files of {item.key}{where}, then `ars exp run{slug}{flag}`")
-    owed = None
-    if not experiments and rows:
-        from autoresearch_skills.campaign.experiment import owed_rerun
-
-        owed = owed_rerun(campaign)
+    owed = _owed_rerun(campaign) if not experiments and rows else None
     if owed is not None:
         steps.append(f"`ars exp rerun '#{owed.rerun_of}'{flag}` ({owed.reason})")
     elif not experiments:
@@ -332,6 +328,15 @@ def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
                 f'`ars exp start SLUG -m "HYPOTHESIS: REASON"{flag}`, edit, `ars exp run{flag}`'
             )
     return "; ".join(steps)
+
+
+def _owed_rerun(campaign):
+    """The rerun the noise rule owes (`experiment.owed_rerun`). The experiment lifecycle loads the
+    whole run machinery (~100 ms), so only the answers that need it pay for it: none while an
+    experiment is in flight or before the first row."""
+    from autoresearch_skills.campaign.experiment import owed_rerun
+
+    return owed_rerun(campaign)
 
 
 def progress_key(rows: list, experiments: list) -> str:
@@ -385,7 +390,6 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
     folders = candidate_folders(root, cwd)
     if not folders:
         return StopDecision(False, f"no active campaign in {root / CAMPAIGNS_DIR}")
-    from autoresearch_skills.campaign import experiment as lifecycle
     from autoresearch_skills.campaign import store
 
     chained = event.get("stop_hook_active") is True
@@ -405,7 +409,7 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
         verdict = campaign.verdict()
         # A count met leaves the reruns the noise rule owes, while time remains: the best must
         # not rest on one draw when the agent reports it.
-        owed = lifecycle.owed_rerun(campaign) if not verdict.should_continue and not experiments else None
+        owed = _owed_rerun(campaign) if not verdict.should_continue and not experiments else None
         if not verdict.should_continue and owed is None:
             notes.append(f"{name}: {verdict.line}")
             continue

@@ -673,7 +673,7 @@ def screened_claim(st: Standing, metric: str, direction: str) -> str | None:
     finished = [r for r in st.comparable if r.status.is_finished()]
     if not finished or not screening.screened(finished):
         return None
-    return screening.describe(screening.verdict(finished, direction), metric)
+    return screening.describe(screening.verdict(finished, direction), metric, direction)
 
 
 def what_it_left(campaign: Campaign, rows: list[Row]) -> list[str]:

@@ -73,7 +73,7 @@ def decide(
     rerun once ideas have run is one of the finish's; the one that completes the finish carries the
     verdict too."""
     direction = settings.direction
-    mine = [r for r in rows if r.fingerprint == (fingerprint or "") and r.status.is_finished()]
+    mine = _measured(rows, fingerprint)
     run = _Measured(
         index, commit, parent_commit, round(value, noise.LEDGER_DECIMALS), Status.DISCARD,
         str(rerun_of) if rerun_of is not None else "",
@@ -98,6 +98,13 @@ def decide(
     )  # fmt: skip
 
 
+def _measured(rows: list[Row], fingerprint: str | None = None) -> list[Row]:
+    """The finished rows of `fingerprint` (default: the latest): what screening ranks together."""
+    if fingerprint is None:
+        fingerprint = noise.latest_fingerprint(rows)
+    return [r for r in rows if r.fingerprint == (fingerprint or "") and r.status.is_finished()]
+
+
 def _finish_done(rows: Sequence[screening.ScreeningRow], settings: Settings) -> bool:
     step = screening.next_step(rows, settings.direction, screening.FINISH_RUNS, baseline_runs(settings))
     return step.rerun_of is None and not step.new
@@ -108,8 +115,7 @@ def owed(
 ) -> noise.Action | None:
     """The rerun screening asks for now: the baseline's repeats while ideas may start; once they
     may not and none is in flight, the finish's reruns (the best twice, the baseline once)."""
-    latest = noise.latest_fingerprint(rows)
-    mine = [r for r in rows if r.fingerprint == (latest or "") and r.status.is_finished()]
+    mine = _measured(rows)
     if not mine:
         return None
     if not ideas_open and ideas_in_flight:
@@ -124,8 +130,7 @@ def owed(
 def finish_owed(settings: Settings, rows: list[Row]) -> bool:
     """Whether the finish still has runs to make: the best is not the baseline and not yet
     re-measured."""
-    latest = noise.latest_fingerprint(rows)
-    mine = [r for r in rows if r.fingerprint == (latest or "") and r.status.is_finished()]
+    mine = _measured(rows)
     if len(screening.tree(mine, settings.direction).nodes) < 2:
         return False
     return not _finish_done(mine, settings)
@@ -157,10 +162,9 @@ def verdict_line(settings: Settings, rows: list[Row]) -> str | None:
     noise rule or before a result."""
     if rule(settings, rows) != SCREENING:
         return None
-    latest = noise.latest_fingerprint(rows)
-    mine = [r for r in rows if r.fingerprint == (latest or "") and r.status.is_finished()]
+    mine = _measured(rows)
     if not mine:
         return None
     ended = screening.verdict(mine, settings.direction)
     fixed_seed = noise.DETERMINISTIC if settings.seed is None else None
-    return screening.describe(ended, settings.metric, fixed_seed)
+    return screening.describe(ended, settings.metric, settings.direction, fixed_seed)

@@ -608,7 +608,7 @@ def screened(rows: Iterable[object]) -> bool:
     return any(marks & _flags(getattr(r, "flags", "")) for r in rows)
 
 
-def describe(found: Verdict, metric: str, fixed_seed: str | None = None) -> str:
+def describe(found: Verdict, metric: str, direction: str, fixed_seed: str | None = None) -> str:
     """The verdict in one line: what the campaign claims, the gain it reports and why. Repeats that
     agree exactly at a fixed seed measured no seed-to-seed noise: the gain is then the gain at this
     seed, and `fixed_seed` (noise.DETERMINISTIC, given when no `seed:` is set) says so."""
@@ -619,9 +619,10 @@ def describe(found: Verdict, metric: str, fixed_seed: str | None = None) -> str:
             f"fell back to the baseline: the best #{found.best_key} did not hold up when re-measured "
             f"({found.reason}); no gain is reported"
         )
-    interval = f" +- {found.sd:.4g} (1 sd)" if found.sd else ""
-    again = f", re-measured {found.remeasured:+.4g}{interval}" if found.remeasured is not None else ""
-    gain = f"{metric} gain {found.gain:+.4g} over the baseline (the tree's estimate{again})"
+    sign = -_sign(direction)  # gains are + for better: shown as the metric's own change
+    interval = f" +- {found.sd:.4g}, 1 sd" if found.sd else ""
+    again = f"; fresh runs {sign * found.remeasured:+.4g}{interval}" if found.remeasured is not None else ""
+    gain = f"{metric} {sign * found.gain:+.4g} against the baseline (the tree's estimate{again})"
     claim = {
         Outcome.CONFIRMED: "confirmed",
         Outcome.SCREENED: "unconfirmed: the best stays the result, no effect is claimed",

@@ -1,0 +1,117 @@
+"""`make bench`: every speed goal of the toolkit in one table (figure, goal, met or not) with the
+machine's load before and after, and each figure's floor measured in the same run (see figures.py).
+
+The goals hold on an idle 2-core machine; on a busy one read the ratio to the floor as well. The
+per-topic scripts beside this one (bench_hooks.py, bench_monitor.py, bench_reward_profile.py,
+bench_ray.py, ...) give the detail behind a line.
+
+    python bench/table.py [--repeat 9] [--skip-largest]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from figures import (
+    BENCH,
+    Figure,
+    active_campaign,
+    help_ms,
+    hook_figures,
+    load,
+    local_orchestration,
+    monitor_first_scan,
+    render,
+    reward_profile,
+    use_bytecode,
+    write_log,
+)
+
+HOOK_GOAL_MS = 150
+HELP_GOAL_MS = 150
+MONITOR_MB, MONITOR_GOAL = 200, 200.0
+# tasks -> (wall s, peak MiB, ratio to one orjson parse of the input)
+REWARD_GOALS = {10_000: (1.0, 150.0, 2.5), 100_000: (6.0, 500.0, 2.5)}
+RAY_GOALS = {"one": 1.0, "parallel": 0.5}
+
+
+def ray_figures() -> list[Figure]:
+    """bench_ray.py's per-run seconds, or one line saying why there are none."""
+    done = subprocess.run([sys.executable, str(BENCH / "bench_ray.py")], capture_output=True, text=True)
+    found = dict(re.findall(r"^(\w+):\s+([\d.]+)", done.stdout, re.M))
+    if "ray_seconds_per_run" not in found:
+        reason = (done.stdout.strip() or done.stderr.strip() or "no output").splitlines()[-1]
+        goal = f"< {RAY_GOALS['one']:g} s"
+        return [
+            Figure("Ray orchestration per experiment", None, "s", goal=goal, note=f"not measured: {reason}")
+        ]
+    one, many = float(found["ray_seconds_per_run"]), float(found["ray_seconds_per_run_parallel"])
+    floor = float(found.get("local_seconds_per_run", 0)) or None
+    return [
+        Figure("Ray orchestration per experiment", one, "s", floor, f"< {RAY_GOALS['one']} s", one < 1.0),
+        Figure("Ray orchestration, 4 at once", many, "s", None, f"< {RAY_GOALS['parallel']} s", many < 0.5),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=9, help="runs per start-up figure (median)")
+    parser.add_argument("--skip-largest", action="store_true", help="leave out the 100k x 8 reward profile")
+    args = parser.parse_args()
+    use_bytecode()
+    began, before = time.perf_counter(), load()
+    figures: list[Figure] = []
+    with tempfile.TemporaryDirectory(prefix="ars-bench-") as tmp:
+        folder = Path(tmp)
+        repo = active_campaign(folder)
+        for name, (ms, floor, ratio) in hook_figures(repo, args.repeat).items():
+            goal = f"< {HOOK_GOAL_MS} ms"
+            figures.append(
+                Figure(f"hook {name}, active campaign", ms, "ms", floor, goal, ms < HOOK_GOAL_MS, ratio)
+            )
+        ms, floor, ratio = help_ms(args.repeat)
+        figures.append(
+            Figure("ars --help", ms, "ms", floor, f"< {HELP_GOAL_MS} ms", ms < HELP_GOAL_MS, ratio)
+        )
+        log = folder / "run.log"
+        size = write_log(log, MONITOR_MB)
+        scan, read = monitor_first_scan(log)
+        figures.append(
+            Figure(f"monitor first scan, {size:.0f} MB", scan, "MB/s", read, f">= {MONITOR_GOAL:g} MB/s", scan >= MONITOR_GOAL)
+        )  # fmt: skip
+        log.unlink()
+        for tasks, (wall_goal, peak_goal, ratio_goal) in REWARD_GOALS.items():
+            if args.skip_largest and tasks > 10_000:
+                continue
+            profile = folder / f"profile-{tasks}"
+            profile.mkdir()
+            wall, peak, parse = reward_profile(profile, tasks)
+            label = f"reward profile {tasks // 1000}k x 8"
+            figures.append(Figure(f"{label}, wall", wall, "s", parse, f"< {wall_goal:g} s", wall < wall_goal))
+            figures.append(
+                Figure(f"{label}, vs one orjson parse", wall, "s", parse, f"ratio <= {ratio_goal:g}", wall / parse <= ratio_goal)
+            )  # fmt: skip
+            figures.append(
+                Figure(f"{label}, peak memory", peak, "MiB", None, f"< {peak_goal:g} MiB", peak < peak_goal)
+            )
+            subprocess.run(["rm", "-rf", str(profile)], check=False)
+        runs = folder / "runs"
+        runs.mkdir()
+        per_run, bare, ratio = local_orchestration(runs, 8)
+        figures.append(Figure("local orchestration per experiment", per_run, "s", bare, paired_ratio=ratio))
+    figures += ray_figures()
+    print(render(figures, f"bench: load {before} before, {load()} after"))
+    print(f"seconds: {time.perf_counter() - began:.0f}")
+    missed = [f.name for f in figures if f.met is False]
+    print(f"goals met: {sum(f.met is True for f in figures)} of {sum(f.met is not None for f in figures)}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
