@@ -480,6 +480,21 @@ def test_diffs_are_checked_and_every_rejection_is_fed_back(repo: Path, model: Fa
     assert all(c["mode"] == "diff" for c in calls(repo))
 
 
+def test_a_diff_identical_to_a_tried_change_is_refused_before_a_branch_exists(repo: Path, model: FakeModel):
+    # WIDTH 64 -> 32 is worse (discarded, so the baseline stays the parent); the same change under
+    # another name comes back, is refused with the earlier attempt named, and the model moves on
+    narrower = DIFF_WIDER.replace("slug: wider", "slug: narrower").replace("WIDTH = 96 ", "WIDTH = 32 ")
+    again = narrower.replace("slug: narrower", "slug: slimmer")
+    model.script = [narrower, again, DIFF_WIDER]
+    out = run(repo, write_campaign(repo, model, {"kind": "llm_diff"}, stop="3 experiments"))
+    ideas = [(Path(r.branch).name, r.status) for r in rows(repo) if not r.rerun_of]
+    assert ideas == [("baseline", "keep"), ("narrower", "discard"), ("wider", "keep")]
+    said = "already tried as #1 narrower: discard 1.264, from the same parent with the same change"
+    assert f"proposal rejected: {said}" in out and said in model.texts(2)
+    branches = git(repo, "branch", "--list", "*slimmer*")
+    assert branches == ""  # nothing was created for the repeat
+
+
 def test_a_diff_may_not_touch_a_file_outside_the_mutable_list(repo: Path, model: FakeModel):
     os.environ["OPENAI_API_KEY"] = KEY
     try:

@@ -238,6 +238,23 @@ def patched_texts(repo: Path, parent_commit: str, patch: str, paths: list[str]) 
     return texts
 
 
+def patched_tree(repo: Path, parent_commit: str, patch: str) -> str:
+    """The tree the parent commit would have after `patch`: what a commit of it would hold, known
+    before any branch exists (a scratch index, never a checkout)."""
+    with _scratch_index(repo, parent_commit) as (env, patch_file):
+        patch_file.write_text(patch if patch.endswith("\n") else patch + "\n")
+        applied = subprocess.run(
+            ["git", "apply", "--cached", str(patch_file)], cwd=repo, env=env, capture_output=True, text=True
+        )
+        if applied.returncode != 0:
+            lines = applied.stderr.strip().splitlines()
+            raise Rejected(
+                f"patch does not apply to the parent commit: {lines[0] if lines else 'unreadable'}"
+            )
+        written = subprocess.run(["git", "write-tree"], cwd=repo, env=env, capture_output=True, text=True)
+        return written.stdout.strip()
+
+
 @contextmanager
 def _scratch_index(repo: Path, commit: str) -> Iterator[tuple[dict, Path]]:
     """An index holding `commit`'s tree in a temporary folder, and a patch file beside it."""

@@ -43,6 +43,7 @@ from autoresearch_skills.campaign.proposals import (
     Unchanged,
     apply,
     make_policy,
+    patched_tree,
     validate,
 )
 from autoresearch_skills.campaign.record import Experiment, Phase
@@ -445,9 +446,13 @@ class Loop:
 
     def refuse_tried(self, proposal: Proposal, parent_commit: str) -> None:
         """Unchanged when these knob values were tried from the same parent already (the rows'
-        `knobs` column): checked before anything is created."""
+        `knobs` column); Rejected, with the earlier attempt named for the proposer, when a patch
+        gives the tree a tried commit of the same parent holds. Checked before anything is created."""
+        if proposal.patch:
+            self.refuse_tried_patch(proposal, parent_commit)
+            return
         values = {**proposal.set, **proposal.args}
-        if not values or proposal.patch:
+        if not values:
             return
         for row in self.campaign.rows():
             if (
@@ -475,6 +480,23 @@ class Loop:
             key=record.key,
         )
         return record.key
+
+    def refuse_tried_patch(self, proposal: Proposal, parent_commit: str) -> None:
+        from autoresearch_skills import gitflow
+
+        repo = self.campaign.repo
+        rows = [r for r in self.campaign.rows() if not r.rerun_of and r.parent_commit == parent_commit]
+        rows = [r for r in rows if r.commit and r.tried_the_idea() and r.knob_values() == proposal.args]
+        if not rows:
+            return
+        tree = patched_tree(repo, parent_commit, proposal.patch or "")
+        for row in rows:
+            if gitflow.git(repo, "rev-parse", f"{row.commit}^{{tree}}", check=False) == tree:
+                value = f" {row.metric_value:.6g}" if row.status.is_finished() else ""
+                raise Rejected(
+                    f"already tried as #{row.index} {Path(row.branch).name}: {row.status}{value}, from the same "
+                    "parent with the same change; propose a different change"
+                )
 
     def unique_slug(self, slug: str) -> str:
         from autoresearch_skills import gitflow

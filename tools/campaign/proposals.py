@@ -41,6 +41,7 @@ from autoresearch_skills.campaign.hypothesis import (
     check_patch,
     committed_text,
     knob_files,
+    patched_tree,
     validate,
 )
 from autoresearch_skills.campaign.policy_settings import PolicySettings
@@ -61,6 +62,7 @@ __all__ = [  # the proposal's own parts live in campaign/hypothesis.py; the loop
     "committed_text",
     "knob_files",
     "make_policy",
+    "patched_tree",
     "validate",
 ]
 
