@@ -33,7 +33,7 @@ print(f"val_bpb:          {float(values[0]):.6f}")
 NOISY = """\
 import random, time
 IDEA = 0                # 2 helps a lot; 1 and 3 change nothing
-time.sleep(0.3)
+time.sleep(1.5)
 print("---")
 print(f"val_bpb:          {1.0 - (0.2 if IDEA == 2 else 0.0) + random.gauss(0, 0.005):.6f}")
 """
@@ -162,7 +162,9 @@ def test_a_deadline_keeps_the_finish_time_and_no_new_idea_starts_in_it():
     assert "the time left is kept for the finish" in held.line and "30m remaining" in held.line
 
 
-def test_the_unattended_loop_on_two_slots_screens_and_finishes_once_no_idea_is_in_flight(tmp_path: Path):
+def test_the_unattended_loop_on_two_slots_screens_then_finishes_on_both_once_no_idea_is_in_flight(
+    tmp_path: Path,
+):
     repo = make_repo(tmp_path / "project", {"train.py": NOISY})
     config = {
         "name": "s", "metric": "val_bpb", "direction": "min", "preset": "karpathy",
@@ -178,6 +180,8 @@ def test_the_unattended_loop_on_two_slots_screens_and_finishes_once_no_idea_is_i
     finish = [r for r in table if "finish" in flags(r)]
     assert len(ideas) == 3 and len(finish) == 3, [(r.index, r.branch, r.flags) for r in table]
     assert all(f.started_at >= max(i.ended_at for i in ideas) for f in finish)  # no idea in flight
+    first, second = finish[0], finish[1]
+    assert second.started_at < first.ended_at  # the finish takes both slots
     assert finish[-1].index == table[-1].index and flags(table[-1]) & {
         "confirmed",
         "unconfirmed",

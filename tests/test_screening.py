@@ -273,23 +273,3 @@ def test_a_metric_far_from_zero_is_screened_as_the_same_metric_near_zero() -> No
         assert decided_far.estimate.mean - 1e5 == pytest.approx(decided_near.estimate.mean, abs=1e-6)
         statuses.add(decided_far.status)
     assert statuses == {Status.KEEP, Status.DISCARD}
-
-
-def test_a_broken_idea_far_worse_than_its_parent_never_drags_the_parent_below_the_baseline() -> None:
-    # a kept idea, then a child ten times worse than anything the tree predicts (a learning rate
-    # ten times too low): discarded, and left out of the estimates, so the parent stays the best
-    rows = grown(baseline(2.874, 2.986), [("lucky", 2.743, "keep", "base")])
-    child = row(len(rows), "lr-low", 3.493, "discard", "lucky")
-    decided = screening.screen(rows, child, "min")
-    assert decided.status is Status.DISCARD and "a broken idea, left out of the estimates" in decided.reason
-    found = screening.tree([*rows, child], "min")
-    assert found.broken == {child.index} and child.index not in {i for n in found.nodes.values() for i in n.indexes}
-    top = screening.best(found, screening.fit(found))
-    assert top is not None and top.key == 2
-
-
-def test_a_bad_child_within_what_the_tree_predicts_still_counts_on_its_parent() -> None:
-    rows = grown(baseline(1.0, 1.01), [("a", 0.95, "keep", "base")])
-    child = row(len(rows), "b", 1.02, "discard", "a")
-    assert screening.tree([*rows, child], "min").broken == frozenset()
-    assert screening.screen(rows, child, "min").reason.startswith("screened: estimate")

@@ -96,7 +96,7 @@ max_commit_mb: 5
 ADDED_KEYS = [
     "pattern", "worktree_include", "carry_copy_mb", "args_style", "ray_address", "ray_working_dir",
     "keep_sessions_at_end", "keep_outputs", "outputs_max_gb", "holdout", "holdout_pattern", "holdout_command",
-    "seed", "keep_rule",
+    "seed", "keep_rule", "objectives",
 ]  # fmt: skip
 
 
@@ -393,6 +393,7 @@ def test_the_declaration_stays_in_its_layer():
         "campaign.policy_settings",
         "campaign.pool",
         "campaign.noise",
+        "campaign.pareto",
         "clock",
         "errors",
         "launch",

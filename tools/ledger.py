@@ -63,13 +63,15 @@ EXTRA_COLUMNS = (
     "holdout",       # the held-out metric (`holdout:`): recorded, never used to decide
     "outputs",       # the run's outputs folder (runs/NNN-name/outputs), "" when it kept none
     "knobs",         # the knob values the attempt set, as JSON ({"LR": 0.02, "--seed": 3}); "" when unknown
+    "objectives",    # the `objectives:` metrics the run printed, as JSON ({"peak_ms": 212.5}); "" when none
 )  # fmt: skip
 COLUMNS = (*BASE_COLUMNS, *EXTRA_COLUMNS)
-# The headers of ledgers written before `seed`, `holdout` and `outputs`, and before `cause`, `reason`
-# and `mode`: read and appended to as they are.
+# The headers of ledgers written before `objectives`, before `seed`, `holdout` and `outputs`, and
+# before `cause`, `reason` and `mode`: read and appended to as they are.
+BEFORE_OBJECTIVES = COLUMNS[: COLUMNS.index("objectives")]
 BEFORE_SEED = COLUMNS[: COLUMNS.index("seed")]
 BEFORE_CAUSE = COLUMNS[: COLUMNS.index("cause")]
-HEADERS = (COLUMNS, BEFORE_SEED, BEFORE_CAUSE, BASE_COLUMNS, NEMO_RL_COLUMNS)
+HEADERS = (COLUMNS, BEFORE_OBJECTIVES, BEFORE_SEED, BEFORE_CAUSE, BASE_COLUMNS, NEMO_RL_COLUMNS)
 STATUSES = tuple(s.value for s in ROW_STATUSES)
 CAUSES = tuple(c.value for c in CrashCause)
 BASELINE = "baseline"  # the slug, and the branch's last part, of a campaign's first experiment
@@ -118,6 +120,7 @@ class Row:
     holdout: str = ""
     outputs: str = ""
     knobs: str = ""
+    objectives: str = ""
 
     def __post_init__(self) -> None:
         self._type()
@@ -158,6 +161,20 @@ class Row:
         except ValueError:
             return {}
         return values if isinstance(values, dict) else {}
+
+    def objective_values(self) -> dict[str, float]:
+        """The `objectives` column as a mapping of metric name to value ({} when the row has none)."""
+        try:
+            values = json.loads(self.objectives) if self.objectives else {}
+        except ValueError:
+            return {}
+        if not isinstance(values, dict):
+            return {}
+        return {
+            str(k): float(v)
+            for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
 
     def number(self, name: str) -> float | None:
         """An optional numeric extra column as a float (None when empty or not a number)."""

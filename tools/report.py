@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
-from autoresearch_skills.campaign import holdout, lineage, noise, outputs, prediction, screening
+from autoresearch_skills.campaign import holdout, lineage, noise, outputs, pareto, prediction, screening
 from autoresearch_skills.clock import parse_iso
 from autoresearch_skills.errors import Refused, is_refusal, run_cli
 from autoresearch_skills.ledger import Row
@@ -98,7 +98,8 @@ def notes(row: Row, confirmed_by: int | None = None) -> str:
     says which (`confirmed by #5`)."""
     parts = [f"rerun of #{row.rerun_of}"] if row.rerun_of else []
     parts += [f"retries #{row.retry_of}"] if row.retry_of else []
-    parts += [row.flags] if row.flags else []
+    shown = [f.strip() for f in row.flags.split(";") if f.strip() and f.strip() != screening.SCREENED_FLAG]
+    parts += ["; ".join(shown)] if shown else []  # `screened` is on every row a new campaign decides
     parts += [f"confirmed by #{confirmed_by}"] if confirmed_by is not None else []
     return "; ".join(parts)
 
@@ -582,6 +583,7 @@ def render_markdown(
     ]
     lines += result_section(st, s.metric, s.direction)
     lines += what_it_left(campaign, rows)
+    lines += pareto_section(campaign, rows)
     lines += [f"![progress]({chart_name})", ""]
     if timeline_name:
         lines += [
@@ -687,6 +689,29 @@ def what_it_left(campaign: Campaign, rows: list[Row]) -> list[str]:
     compared = holdout.comparison(campaign, rows, best, run=False)
     said += [compared] if compared else []
     return [*(f"- {line}" for line in said), ""] if said else []
+
+
+def pareto_section(campaign: Campaign, rows: list[Row]) -> list[str]:
+    """With `objectives:`, the commits no other commit beats on every objective (campaign/pareto.py),
+    each by the mean of its runs; the best above stays the campaign metric's."""
+    objectives = campaign.settings.objective_list()
+    if len(objectives) < 2:
+        return []
+    front = pareto.front(rows, objectives)
+    goals = ", ".join(
+        f"{o.metric} ({'lower' if o.direction == 'min' else 'higher'} is better)" for o in objectives
+    )
+    lines = ["## Pareto front", "", f"The commits no other commit beats on every objective: {goals}.", ""]
+    if not front:
+        return [*lines, "No commit has a value for every objective yet.", ""]
+    head = ["#", *(o.metric for o in objectives), "runs", "branch"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for point in front:
+        values = [_fmt(point.values[o.metric]) for o in objectives]
+        lines.append(
+            "| " + " | ".join([str(point.index), *values, str(point.runs), f"`{point.branch}`"]) + " |"
+        )
+    return [*lines, ""]
 
 
 def attempt_table(

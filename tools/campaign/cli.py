@@ -13,6 +13,7 @@ import click
 
 from autoresearch_skills import notices
 from autoresearch_skills.campaign import lineage, noise
+from autoresearch_skills.campaign.pareto import pareto_line
 from autoresearch_skills.campaign.settings import SETTINGS, Key
 from autoresearch_skills.campaign.status import status_facts
 from autoresearch_skills.campaign.store import create, find
@@ -187,6 +188,8 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
             click.echo(f"in_flight: {item['line']}")
         if not facts["in_flight"]:
             click.echo("in_flight: -")
+        if facts["pareto"]:
+            click.echo(f"pareto: {pareto_line(facts['pareto'])}")
         click.echo(facts["outputs"])
         if facts["best_outputs"]:
             click.echo(facts["best_outputs"])

@@ -336,15 +336,21 @@ def best(campaign: Campaign, rows: list[Row] | None = None) -> noise.Best | None
     return noise.best(rows, campaign.settings.direction)
 
 
-def _noise_action(campaign: Campaign, rows: list[Row], state: CampaignState) -> noise.Action | None:
+def _noise_action(
+    campaign: Campaign, rows: list[Row], state: CampaignState, asking: str | None = None
+) -> noise.Action | None:
     """The keep rule's next rerun among the rows of the latest fingerprint, or None: the noise
     rule's (a candidate's confirmation, the best's runs), or screening's (the baseline's repeats,
-    then the finish once no new idea may start and none is in flight)."""
+    then the finish once no new idea may start and none is in flight). `asking`: the rerun about
+    to launch, which asks whether it is owed, so it is not counted as made."""
     s = campaign.settings
     if keeprule.rule(s, rows) == keeprule.SCREENING:
         ideas = sum(1 for e in state.launched if not e.is_rerun)
+        pending = [
+            e.rerun_of for e in state.experiments.values() if e.rerun_of is not None and e.key != asking
+        ]
         verdict = campaign.verdict(state=state)
-        return keeprule.owed(s, rows, ideas_open=verdict.may_start(), ideas_in_flight=ideas)
+        return keeprule.owed(s, rows, ideas_open=verdict.may_start(), ideas_in_flight=ideas, pending=pending)
     return noise.next_action(
         rows, s.direction, fingerprint=noise.latest_fingerprint(rows), policy=s.noise_policy(),
     )  # fmt: skip
@@ -387,9 +393,12 @@ def next_rerun(
     """The rerun the noise rule asks for before the next new experiment (a candidate's
     confirmation, or another run of the best), unless one for that commit is already in flight."""
     state = campaign.state.read() if state is None else state
-    action = _noise_action(campaign, campaign.rows() if rows is None else rows, state)
+    rows = campaign.rows() if rows is None else rows
+    action = _noise_action(campaign, rows, state)
     if action is None:
         return None
+    if keeprule.rule(campaign.settings, rows) == keeprule.SCREENING:
+        return action  # the reruns in flight were counted as made: this one is the next
     if any(e.rerun_of == action.rerun_of for e in state.experiments.values()):
         return None
     return action
@@ -616,7 +625,7 @@ def _owed_at_end(campaign: Campaign, state: CampaignState, experiment: Experimen
     """A rerun the noise rule still owes after a count stopped the campaign may run."""
     if not experiment.is_rerun or not _time_for_one_more(verdict, campaign):
         return False
-    action = _noise_action(campaign, campaign.rows(), state)
+    action = _noise_action(campaign, campaign.rows(), state, asking=experiment.key)
     return action is not None and action.rerun_of == experiment.rerun_of
 
 
@@ -1044,5 +1053,6 @@ def _append_row(
             holdout="" if result.holdout is None else f"{result.holdout:.6f}",
             outputs=outputs,
             knobs=_knobs_set(experiment),
+            objectives=json.dumps(result.objectives) if measured and result.objectives else "",
         ),
     )

@@ -10,7 +10,8 @@
 - the session memory's current subtask is closed with the verdict;
 - the lines say where the best result lives (`git checkout <branch>` to use it, and the command it
   ran when its knobs are on the command line), where its weights are (`weights:` the largest file
-  of its outputs folder) and, with `holdout:`, both numbers for the baseline and the best.
+  of its outputs folder), with `holdout:` both numbers for the baseline and the best, and with
+  `objectives:` the Pareto front (`pareto:`).
 Each step is safe to repeat: `ars campaign finish` may be called again at any time.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import subprocess
 
 from autoresearch_skills import gitflow, knobs
-from autoresearch_skills.campaign import holdout, keeprule, noise, outputs
+from autoresearch_skills.campaign import holdout, keeprule, noise, outputs, pareto
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import remove_worktrees
 from autoresearch_skills.launch.base import FINISHED, Run, state_path_for
@@ -63,8 +64,8 @@ def wrap_up(campaign: Campaign) -> list[str]:
 
 
 def the_result(campaign: Campaign, rows: list[Row], best: noise.Best) -> list[str]:
-    """What the best left: its weights (the largest file of its outputs folder) and, with a held-out
-    check, both numbers for the baseline and the best."""
+    """What the best left: its weights (the largest file of its outputs folder), with a held-out
+    check both numbers for the baseline and the best, and with `objectives:` the Pareto front."""
     lines = []
     claim = keeprule.verdict_line(campaign.settings, rows)
     if claim:
@@ -78,6 +79,9 @@ def the_result(campaign: Campaign, rows: list[Row], best: noise.Best) -> list[st
         compared = f"held-out: the held-out command could not run: {err}"
     if compared:
         lines.append(compared)
+    front = pareto.front(rows, campaign.settings.objective_list())
+    if front:
+        lines.append(f"pareto: {pareto.pareto_line([p.to_dict() for p in front])}")
     return lines
 
 
@@ -145,7 +149,9 @@ def how_to_use(campaign: Campaign, best: noise.Best) -> str:
     """`git checkout REF` to use it; and the command it ran when that command carries knobs of its
     own (`--args`, `policy.args`), which live in the command, not in the files of the branch."""
     checkout = f"`git checkout {checkout_ref(campaign, best)}`"
-    ran = str(getattr(best.row, "command", "") or "")
+    # the commit's first run: a repeat's command carries the seed it was given (`seed:`), no setting
+    first = next((r for r in campaign.rows() if r.index == best.key), best.row)
+    ran = str(getattr(first, "command", "") or "")
     if ran and ran != knobs.with_args(campaign.settings.command, {}):
         return f"{checkout}, then run `{ran}`: its command-line knobs are in the command, not in the files"
     return f"{checkout} to use it"

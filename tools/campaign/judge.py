@@ -73,7 +73,7 @@ def judge(campaign: Campaign, experiment: Experiment, run_state: State) -> Resul
         exit_code=run_state.exit_code, state=run_state.name, ended_at=ended_at,
         elapsed_min=round(max(0.0, elapsed) / 60, 2), decision=decided, noise=noise_fields,
         steps=steps, throughput=throughput, throughput_key=throughput_key, flags=flags,
-        holdout=holdout_value(s, log_path),
+        holdout=holdout_value(s, log_path), objectives=objective_values(s, log_path),
     )  # fmt: skip
 
 
@@ -102,6 +102,20 @@ def holdout_value(s: Settings, log_path: str | Path) -> float | None:
     except (BadInput, OSError):
         return None
     return samples[-1].value if samples else None
+
+
+def objective_values(s: Settings, log_path: str | Path) -> dict[str, float]:
+    """The `objectives:` metrics the run printed (the last value of each, by name or its `pattern:`),
+    as the ledger's `objectives` column holds them; an objective the log does not hold is left out."""
+    found = {}
+    for objective in s.objective_list()[1:]:
+        try:
+            samples = metrics.extract(log_path, s.preset, objective.metric, pattern=objective.pattern)
+        except (BadInput, OSError):
+            continue
+        if samples:
+            found[objective.metric] = samples[-1].value
+    return found
 
 
 def vanished(experiment: Experiment, run_state: State) -> str | None:

@@ -81,8 +81,9 @@ def decide(
     found = screening.screen(mine, run, direction)
     after: list[screening.ScreeningRow] = [*mine, replace(run, status=found.status)]
     tree = screening.tree(after, direction)
-    node = next((n for n in tree.nodes.values() if index in n.indexes), None)  # None: a broken idea
-    finishing = rerun_of is not None and len(tree.nodes) > 1
+    node = next(n for n in tree.nodes.values() if index in n.indexes)
+    repeat = node is tree.baseline and len(node.losses) <= baseline_runs(settings)  # before the first idea
+    finishing = rerun_of is not None and not repeat
     flags = [screening.FINISH_FLAG if finishing else screening.SCREENED_FLAG]
     reason = found.reason
     if finishing and _finish_done(after, settings):
@@ -92,7 +93,7 @@ def decide(
         reason += f"; the finish is done: {said} ({ended.reason})"
     noise_sd, dof = screening.within(tree)
     return noise.Decision(
-        found.status, None, len(node.losses) if node else 1, reason, noise_sd if dof else None,
+        found.status, None, len(node.losses), reason, noise_sd if dof else None,
         found.estimate.mean if found.estimate else None, found.best.key if found.best else None,
         dof or None, flags="; ".join(f for f in flags if f),
     )  # fmt: skip
@@ -111,15 +112,37 @@ def _finish_done(rows: Sequence[screening.ScreeningRow], settings: Settings) -> 
 
 
 def owed(
-    settings: Settings, rows: list[Row], *, ideas_open: bool, ideas_in_flight: int
+    settings: Settings,
+    rows: list[Row],
+    *,
+    ideas_open: bool,
+    ideas_in_flight: int,
+    pending: Sequence[int] = (),
 ) -> noise.Action | None:
     """The rerun screening asks for now: the baseline's repeats while ideas may start; once they
-    may not and none is in flight, the finish's reruns (the best twice, the baseline once)."""
-    mine = _measured(rows)
+    may not and none is in flight, the finish's reruns (the best twice, the baseline once). The
+    reruns already `pending` (in flight: the rows they repeat) count as made, so that free slots take
+    the next ones at once."""
+    mine: list[screening.ScreeningRow] = list(_measured(rows))
     if not mine:
         return None
     if not ideas_open and ideas_in_flight:
         return None  # the finalist is chosen once every idea has its result
+    first = {r.index: r for r in mine}
+    after = len(rows)
+    for n, target in enumerate(pending):
+        if target in first:  # a placeholder run: what it will measure is not known, only that it will
+            repeated = first[target]
+            mine.append(
+                _Measured(
+                    after + n,
+                    repeated.commit,
+                    repeated.parent_commit,
+                    repeated.metric_value,
+                    Status.KEEP,
+                    str(target),
+                )
+            )
     remaining = UNBOUNDED if ideas_open else screening.FINISH_RUNS
     step = screening.next_step(mine, settings.direction, remaining, baseline_runs(settings))
     if step.rerun_of is None:

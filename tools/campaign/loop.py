@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from autoresearch_skills.campaign import experiment, noise, scheduler, screening
+from autoresearch_skills.campaign import experiment, keeprule, noise, scheduler, screening
 from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.proposals import (
     MAX_RETRIES,
@@ -244,7 +244,7 @@ class Loop:
         self.policy = policy_of(campaign)
         self.mutable = list(self.policy.mutable)
         self.frozen = list(self.policy.frozen)
-        self.parent = self.policy.parent
+        self.parent = self.policy.parent or self.policy.default_parent()
         self.pool = campaign.settings.pool()
         self.exhausted = False
         self.broken: Row | None = None  # the baseline's failed row, when no run of it finished
@@ -290,7 +290,9 @@ class Loop:
             while True:
                 if not self.interrupts.requested and not self.exhausted and self.go_on(quiet=True):
                     self.fill_slots(policy)
-                elif not self.interrupts.requested and not self.campaign.state.read().launched:
+                elif not self.interrupts.requested and (
+                    not self.campaign.state.read().launched or self.screening()
+                ):
                     self.rerun_owed()
                 if not self.campaign.state.read().launched:
                     break
@@ -356,22 +358,32 @@ class Loop:
             if key in self.campaign.state.read().experiments:
                 self.launch(key)
 
+    def screening(self) -> bool:
+        return keeprule.rule(self.campaign.settings, self.campaign.rows()) == keeprule.SCREENING
+
     def rerun_owed(self) -> None:
-        """The end of the campaign: the reruns the noise rule still owes (the best's runs, a
-        candidate's confirmation) while the stop rules leave time, so the closing line never rests
-        on one draw. A rerun that ended without a metric is not tried again."""
+        """The end of the campaign: the reruns the keep rule still owes while the stop rules leave
+        time, so the closing line never rests on one draw: the noise rule's (the best's runs, a
+        candidate's confirmation) one at a time, screening's finish on every free slot. A rerun that
+        ended without a metric is not tried again."""
+        while self.rerun_one_owed() and self.screening() and self.free_slots() > 0:
+            pass
+
+    def rerun_one_owed(self) -> bool:
+        """Launch the next owed rerun; whether one was launched."""
         action = experiment.owed_rerun(self.campaign)
         if action is None:
-            return
+            return False
         rows = self.campaign.rows()
         last = next((r for r in reversed(rows) if r.rerun_of == str(action.rerun_of)), None)
         if last is not None and not last.status.is_finished():
-            return
+            return False
         record = experiment.reopen(self.campaign, f"#{action.rerun_of}", "rerun")
         self.out.event(
             "rerun", f"rerun of #{action.rerun_of} before the end: {action.reason}", key=record.key
         )
         self.launch(record.key)
+        return True
 
     def launch(self, key: str) -> None:
         try:

@@ -13,7 +13,8 @@ The study is `sqlite:///<campaign folder>/optuna.db`, named after the campaign, 
 exists. Each `next(context)` first tells the study every result the ledger holds that it was not
 told, then asks one trial:
     a finished run     its value: the mean of its commit's finished runs (reruns of one commit are one
-                       trial), told once no run of that branch is in flight
+                       trial), told once no run of that branch is in flight; with `objectives:`
+                       the list of values, the metric's mean first, then each objective's
     a crash, timeout   FAIL
     cancelled, pruned  PRUNED
 A trial and its rows are matched by knob values only: the row's `knobs` column holds the trial's
@@ -29,6 +30,13 @@ values the parent commit already holds (told the parent's mean, `same_as_parent`
 space (lists and integer ranges) a duplicate is followed by an untried point (enqueued, in grid
 order), and the policy is exhausted once every point has a trial; in a continuous one, after
 MAX_ASKS duplicates in a row.
+
+Several objectives (`objectives:` in campaign.yaml, read from the campaign folder): the study is
+created with `directions=[the metric's, *each objective's]`; its sampler, unset, is NSGA-II, and
+`sampler: tpe` is Optuna's multi-objective TPE (cmaes is refused: it optimises one value). A run
+that did not print an objective leaves its trial without that value: the trial is told FAIL. A study
+is never reshaped: one created with other directions (objectives added or removed after the first
+ask) is refused in one line naming optuna.db.
 
 After a kill: a trial asked by an earlier process and never opened as an experiment (killed between
 the ask and the branch) is proposed again as it is, so no trial is lost; one killed inside the ask,
@@ -55,10 +63,12 @@ from typing import TYPE_CHECKING, Any
 
 from autoresearch_skills import knobs, ledger, notices
 from autoresearch_skills.campaign.hypothesis import Policy, Proposal, Rejected, apply_set, knob_files
+from autoresearch_skills.campaign.pareto import Objective, objective_problem
 from autoresearch_skills.campaign.policy_settings import OPTUNA_SAMPLERS, PolicySettings
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.gitflow import slugify
 from autoresearch_skills.outcome import Status
+from autoresearch_skills.yamlfile import read_yaml
 
 if TYPE_CHECKING:
     import optuna
@@ -171,10 +181,10 @@ class OptunaPolicy(Policy):
     def __init__(self, settings: PolicySettings, attempted_slugs: set[str]):
         super().__init__(settings, attempted_slugs)
         self.optuna = _optuna()
-        if settings.sampler not in OPTUNA_SAMPLERS:
+        if settings.sampler is not None and settings.sampler not in OPTUNA_SAMPLERS:
             choices = ", ".join(OPTUNA_SAMPLERS)
             raise BadInput(f"policy.sampler must be one of {choices} (got {settings.sampler!r})")
-        problem = sampler_problem(settings.sampler)
+        problem = sampler_problem(settings.sampler or "tpe")
         if problem:
             raise BadInput(problem)
         self.space = distributions(settings)
@@ -182,6 +192,7 @@ class OptunaPolicy(Policy):
         self.folder: Path | None = None
         self.issued: set[int] = set()  # trials this process proposed
         self.last: int | None = None  # the trial of the proposal just returned
+        self.objectives: list[Objective] = []  # `objectives:`, the metrics besides the campaign's
 
     # ------------------------------------------------------------ the study
 
@@ -191,28 +202,41 @@ class OptunaPolicy(Policy):
             return self.study
         optuna = self.optuna
         self.folder = Path(context["folder"])
+        self.objectives = objectives_of(self.folder)
         storage = f"sqlite:///{self.folder / STUDY_FILE}"
-        direction = "minimize" if context["direction"] == "min" else "maximize"
+        directions = [_optuna_direction(context["direction"])]
+        directions += [_optuna_direction(o.direction) for o in self.objectives]
         name = context["campaign"]
         asked = 0
         if name in optuna.get_all_study_names(storage):
-            asked = len(optuna.load_study(study_name=name, storage=storage).trials)
+            existing = optuna.load_study(study_name=name, storage=storage)
+            had = [d.name.lower() for d in existing.directions]
+            if had != directions:
+                raise BadInput(
+                    f"{self.folder / STUDY_FILE} holds study {name} with directions {', '.join(had)}, but "
+                    f"campaign.yaml now asks for {', '.join(directions)} (`objectives:` changed): a study is "
+                    "never reshaped; put `objectives:` back, or move optuna.db aside to start a new study"
+                )
+            asked = len(existing.trials)
+        if len(directions) > 1 and self.settings.sampler == "cmaes":
+            raise BadInput("policy.sampler cmaes optimises one value: with `objectives:` use nsga2 or tpe")
         self.study = optuna.create_study(
             storage=storage,
             study_name=name,
-            direction=direction,
-            sampler=self._sampler(asked),
+            directions=directions,
+            sampler=self._sampler(asked, several=len(directions) > 1),
             load_if_exists=True,
         )
         atexit.register(self.tell_at_exit)
         return self.study
 
-    def _sampler(self, asked: int) -> optuna.samplers.BaseSampler:
+    def _sampler(self, asked: int, several: bool = False) -> optuna.samplers.BaseSampler:
         """The sampler, seeded with `seed` plus the trials asked before: a resumed process draws
         new points instead of repeating the first process's draws. QMC finds its place in the
-        sequence from the study itself, so it keeps its seed."""
+        sequence from the study itself, so it keeps its seed. Unset: TPE, or NSGA-II for `several`
+        objectives (TPE then is Optuna's multi-objective TPE, still with its constant liar)."""
         samplers = self.optuna.samplers
-        kind, seed = self.settings.sampler, self.settings.seed
+        kind, seed = self.settings.sampler or ("nsga2" if several else "tpe"), self.settings.seed
         if kind == "qmc":
             return samplers.QMCSampler(seed=seed)
         seed += asked
@@ -330,7 +354,7 @@ class OptunaPolicy(Policy):
             mine = [r for r in rows if _holds(_knobs_of(r), trial.params)]
             if mine:
                 if not any(r["branch"] in branches for r in mine):
-                    self._tell(study, trial.number, outcome_of(mine, rows))
+                    self._tell(study, trial.number, outcome_of(mine, rows, self.objectives))
             elif any(_holds(values, trial.params) for values in flying):
                 continue
             elif trial.number in given_up:
@@ -342,7 +366,7 @@ class OptunaPolicy(Policy):
     def _earlier(
         self, study: optuna.Study, number: int, values: dict[str, Any], rows: list[dict],
         in_flight: list[dict], context: dict,
-    ) -> tuple[tuple[str, Any], float | str] | None:  # fmt: skip
+    ) -> tuple[tuple[str, Any], float | list[float] | str] | None:  # fmt: skip
         """The outcome these values already have (and the user attribute saying whose), or None
         when they are new."""
         mine = [r for r in rows if _holds(_knobs_of(r), values)]
@@ -351,7 +375,7 @@ class OptunaPolicy(Policy):
             first = mine[0]["index"]
             if any(r["branch"] in branches for r in mine):
                 return ("duplicate_of", f"row {first}"), FAIL  # its reruns are in flight
-            return ("duplicate_of", f"row {first}"), outcome_of(mine, rows)
+            return ("duplicate_of", f"row {first}"), outcome_of(mine, rows, self.objectives)
         for e in in_flight:
             if _holds(_proposal_values(e.get("proposal")), values):
                 return ("duplicate_of", e["key"]), FAIL  # told once it ends, by its own trial
@@ -362,7 +386,8 @@ class OptunaPolicy(Policy):
             parent = context["parent_commit"]
             if self._parent_holds(values, context):
                 same = [r for r in rows if r["commit"] == parent]
-                return ("same_as_parent", parent), outcome_of(same, rows) if same else FAIL
+                told = outcome_of(same, rows, self.objectives) if same else FAIL
+                return ("same_as_parent", parent), told
         return None
 
     def _parent_holds(self, values: dict[str, Any], context: dict) -> bool:
@@ -375,12 +400,14 @@ class OptunaPolicy(Policy):
             return False  # the loop's check names the problem
         return all(files[path] == text for path, text in changed.items())
 
-    def _tell(self, study: optuna.Study, number: int, outcome: float | str) -> None:
+    def _tell(self, study: optuna.Study, number: int, outcome: float | list[float] | str) -> None:
         states = self.optuna.trial.TrialState
         if outcome == FAIL:
             study.tell(number, state=states.FAIL, skip_if_finished=True)
         elif outcome == PRUNED:
             study.tell(number, state=states.PRUNED, skip_if_finished=True)
+        elif isinstance(outcome, list):
+            study.tell(number, outcome, skip_if_finished=True)
         else:
             study.tell(number, float(outcome), skip_if_finished=True)
 
@@ -403,20 +430,62 @@ class OptunaPolicy(Policy):
             notices.warn(f"warning: the optuna study was not brought up to date with the ledger: {err}")
 
 
-def outcome_of(mine: list[dict], rows: list[dict]) -> float | str:
+def outcome_of(
+    mine: list[dict], rows: list[dict], objectives: list[Objective] | None = None
+) -> float | list[float] | str:
     """What a trial's rows tell: the mean of its commit's finished runs (its reruns included),
-    else FAIL after a crash or timeout, else PRUNED (cancelled)."""
+    else FAIL after a crash or timeout, else PRUNED (cancelled). With `objectives`: the list of the
+    metric's mean and each objective's (over the runs that printed it); FAIL when one has none."""
     indices = {str(r["index"]) for r in mine}
     commits = {r["commit"] for r in mine if r["commit"]}
     runs = [
         r for r in rows if str(r["index"]) in indices or r["commit"] in commits or r["rerun_of"] in indices
     ]
-    values = [float(r["metric_value"]) for r in runs if Status(r["status"]).is_finished()]
+    finished = [r for r in runs if Status(r["status"]).is_finished()]
+    values = [float(r["metric_value"]) for r in finished]
+    if values and objectives:
+        means = [sum(values) / len(values)]
+        for objective in objectives:
+            told = [v for r in finished if (v := _objective_values(r).get(objective.metric)) is not None]
+            if not told:
+                return FAIL  # a run that did not print it: no point to place on the front
+            means.append(sum(told) / len(told))
+        return means
     if values:
         return sum(values) / len(values)
     if any(Status(r["status"]).is_failure() for r in runs):
         return FAIL
     return PRUNED
+
+
+def objectives_of(folder: Path) -> list[Objective]:
+    """The `objectives:` of the campaign in `folder` (its campaign.yaml, already validated), the
+    metrics besides the campaign's own; [] for a single objective."""
+    path = folder / "campaign.yaml"
+    data = read_yaml(path) if path.exists() else {}
+    entries = data.get("objectives") if isinstance(data, dict) else None
+    if not entries:
+        return []
+    for number, entry in enumerate(entries, start=1):
+        problem = objective_problem(entry, number)
+        if problem:
+            raise BadInput(f"{path}: {problem}")
+    return [Objective.from_mapping(entry) for entry in entries]
+
+
+def _optuna_direction(direction: str) -> str:
+    return "minimize" if direction == "min" else "maximize"
+
+
+def _objective_values(row: dict) -> dict[str, float]:
+    """A ledger row's `objectives` column (as `Row.to_dict` holds it) as a mapping."""
+    try:
+        values = json.loads(row.get("objectives") or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(values, dict):
+        return {}
+    return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def _knobs_of(row: dict) -> dict[str, Any]:

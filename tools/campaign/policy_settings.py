@@ -20,6 +20,9 @@ from typing import Any
 OPTUNA_SAMPLERS = ("tpe", "cmaes", "gp", "qmc", "random", "nsga2")  # `sampler:` (campaign/optuna_policy.py)
 
 
+SAMPLER_KINDS = ("grid", "random", "optuna")  # proposers whose trials set their knobs whole
+
+
 @dataclass
 class PolicySettings:
     """A campaign's `policy:`. The help of each key is POLICY's (references/campaign-settings.md)."""
@@ -31,13 +34,13 @@ class PolicySettings:
     args: dict[str, Any] = field(default_factory=dict)       # command-line arguments and their values
     samples: int | None = None                               # random: draws (unset: 8); optuna: trials (unset: no cap)
     seed: int = 0                                            # random, optuna: the draws repeat from one seed
-    sampler: str = "tpe"                                     # optuna: the sampler that proposes
+    sampler: str | None = None                               # optuna: None: tpe, nsga2 with `objectives:`
     command: str | list[str] | None = None                   # command: the external proposer
     program: str = "program.md"                              # the research program a proposer reads
     timeout: float = 900.0                                   # command: seconds the proposer may think
     mutable: list[str] = field(default_factory=list)         # the only files proposals may change
     frozen: list[str] = field(default_factory=list)          # files proposals may never change
-    parent: str = "best"                                     # best, baseline or a git ref
+    parent: str | None = None                                # best, baseline or a git ref; None: by kind
     model: str | None = None                                 # llm policies: required (llm.policy_problems)
     base_url: str | None = None                              # None: OPENAI_BASE_URL, then the SDK's default
     api_key_env: str = "OPENAI_API_KEY"                      # the SDK's own default variable
@@ -57,6 +60,12 @@ class PolicySettings:
         nothing after it takes its default."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in known and value is not None})
+
+    def default_parent(self) -> str:
+        """Where experiments branch from when `parent:` is unset: the baseline for the samplers
+        (grid, random, optuna), whose trials set their knobs whole, so that screening never reads a
+        trial as evidence on the point before it; the best for proposers whose changes build on it."""
+        return "baseline" if self.kind in SAMPLER_KINDS else "best"
 
     @property
     def draws(self) -> int:

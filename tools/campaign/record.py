@@ -98,6 +98,7 @@ class Result:
     flags: list[str] = field(default_factory=list)
     cause: CrashCause | None = None  # why it has no metric (crash, timeout, cancelled)
     holdout: float | None = None  # the held-out metric (`holdout:`): recorded, never decided on
+    objectives: dict[str, float] = field(default_factory=dict)  # `objectives:` as printed, by name
     unknown: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     def __post_init__(self) -> None:  # state.json holds them as text

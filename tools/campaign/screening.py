@@ -68,7 +68,6 @@ BASELINE_RUNS = 2  # runs of the baseline before the first idea: a first noise e
 FINISH_BEST_RERUNS = 2  # fresh runs of the final best, chosen for nothing: its unbiased value
 FINISH_BASELINE_RERUNS = 1  # one more baseline run: the other side of the re-measured gain
 FINISH_RUNS = FINISH_BEST_RERUNS + FINISH_BASELINE_RERUNS
-BROKEN_LINE = 5.0  # a discarded idea this many predictive sd worse than its parent is broken
 KEEP_LINE = 1.0  # the re-measured gain, in sd of the difference, that keeps the best as the result
 CONFIRM_LINE = 2.054  # ... that confirms it as an effect: a one-sided 2% test (false claims <= 2%)
 # the ratios spread^2 / noise^2 the fit tries first, and how strongly it prefers ratios near 1 while
@@ -124,7 +123,6 @@ class Tree:
 
     nodes: dict[int, Node]  # by key, in the order of their first rows (parents before children)
     direction: str
-    broken: frozenset[int] = frozenset()  # rows of ideas left out as broken (`_without_broken`)
 
     @property
     def baseline(self) -> Node | None:
@@ -248,45 +246,7 @@ def tree(rows: Iterable[ScreeningRow], direction: str) -> Tree:
         node.indexes.append(row.index)
         node.kept = node.kept or row.status == Status.KEEP
         node.reruns += target is not None
-    return _without_broken(Tree(nodes, direction))
-
-
-def _without_broken(found: Tree) -> Tree:
-    """The tree without its broken ideas: discarded leaves of one run so much worse than their
-    parent that the model cannot hold them: more than BROKEN_LINE predictive sd (the parent's
-    posterior, the effects' spread and the run noise, all fitted without the leaf) beyond the mean
-    effect. Effects are not normal: a learning rate ten times too low is no evidence that its parent
-    was lucky, and left in, one such run inflates the fitted noise and spread and pulls its parent
-    below the baseline. The worst leaf is tested first, then the next, until one holds; only the
-    worse side and only leaves: a child that beats its parent always counts."""
-    nodes = dict(found.nodes)
-    broken: list[int] = []
-    while True:
-        has_children = {n.parent for n in nodes.values() if n.parent is not None}
-        leaves = [
-            n for n in nodes.values()
-            if n.parent is not None and not n.kept and len(n.losses) == 1 and n.key not in has_children
-        ]  # fmt: skip
-        if not leaves:
-            break
-        worst = max(leaves, key=lambda n: n.losses[0] - _mean(nodes[n.parent].losses))  # type: ignore[index]
-        rest = Tree({key: n for key, n in nodes.items() if key != worst.key}, found.direction)
-        prior = fit(rest)
-        if prior is None or worst.parent is None:
-            break
-        parent = estimates(rest, prior)[worst.parent]
-        spread = math.sqrt(parent.var + prior.spread**2 + prior.noise**2)
-        if spread <= 0 or worst.losses[0] - parent.loss - prior.mean <= BROKEN_LINE * spread:
-            break
-        broken += worst.indexes
-        nodes = rest.nodes
-    if not broken:
-        return found
-    return Tree(nodes, found.direction, frozenset(broken))
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+    return Tree(nodes, direction)
 
 
 # ---------------------------------------------------------------- the fit
@@ -459,12 +419,6 @@ def screen(rows: Sequence[ScreeningRow], row: ScreeningRow, direction: str) -> S
     estimate beats the best's, both after the run. The first result is kept; a rerun of a kept
     node stays kept."""
     found = tree([*rows, _Undecided(row)], direction)
-    if row.index in found.broken:
-        return Screening(
-            Status.DISCARD, None, None,
-            f"far worse than its parent (over {BROKEN_LINE:g} sd beyond what the tree predicts): a broken idea, "
-            "left out of the estimates",
-        )  # fmt: skip
     node = next(n for n in found.nodes.values() if row.index in n.indexes)
     if not any(n.kept for n in found.nodes.values()):
         return Screening(Status.KEEP, None, None, "first result")
@@ -484,8 +438,8 @@ def screen(rows: Sequence[ScreeningRow], row: ScreeningRow, direction: str) -> S
     keep = mine.loss < rival.loss
     reason = (
         f"screened: estimate {mine.mean:.6g} {'beats' if keep else 'does not beat'} the best "
-        f"#{rival.key}'s {rival.mean:.6g} (effects {prior.mean:+.2g} +- {prior.spread:.2g}, "
-        f"run noise {prior.noise:.2g})"
+        f"#{rival.key}'s {rival.mean:.6g} (fitted on every run so far: a change moves the metric by "
+        f"{-_sign(direction) * prior.mean:+.2g} +- {prior.spread:.2g} on average, one run by {prior.noise:.2g})"
     )
     return Screening(Status.KEEP if keep else Status.DISCARD, mine, rival, reason)
 

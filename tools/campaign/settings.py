@@ -44,6 +44,7 @@ from autoresearch_skills.metrics import compile_pattern
 
 if TYPE_CHECKING:  # loaded when a campaign has these sections: a hook that loads a campaign stays fast
     from autoresearch_skills.campaign.noise import Policy as NoisePolicy
+    from autoresearch_skills.campaign.pareto import Objective
     from autoresearch_skills.runwatch import WatchPolicy, WatchSettings
     from autoresearch_skills.sources.reading import MetricSource
     from autoresearch_skills.stoprule import StopRules
@@ -249,13 +250,7 @@ def value_pattern() -> Kind:
     """A regex that reads a value: metrics.py's rule (one capture group, or a named `value`)."""
 
     def problem(value: Any, label: str = "pattern") -> str | None:
-        if not isinstance(value, str) or not value.strip():
-            return f"`{label}` must be a regex with one capture group around the value (got {shown(value)})"
-        try:
-            compile_pattern(value, what=f"`{label}`")
-        except BadInput as err:
-            return err.message
-        return None
+        return _pattern_problem(value, f"`{label}`")
 
     return Kind(lambda v: problem(v) is None, "a regex with one capture group", explain=problem)
 
@@ -268,6 +263,41 @@ def prune_rule() -> Kind:
         py="str | bool",
         choices=lambda: PRUNE_RULES,
     )
+
+
+def _pattern_problem(value: Any, label: str) -> str | None:
+    """Why `value` cannot read a value from a log (metrics.py's rule), or None."""
+    if not isinstance(value, str) or not value.strip():
+        return f"{label} must be a regex with one capture group around the value (got {shown(value)})"
+    try:
+        compile_pattern(value, what=label)
+    except BadInput as err:
+        return err.message
+    return None
+
+
+def objective_list() -> Kind:
+    """`objectives:`: a list of {metric, direction, pattern}; the first bad entry named in one line."""
+
+    def problem(value: Any, label: str = "objectives") -> str | None:
+        from autoresearch_skills.campaign.pareto import objective_problem
+
+        if not isinstance(value, list):
+            return f"`{label}` must be a list of {{metric: NAME, direction: min|max}} (got {shown(value)})"
+        for number, entry in enumerate(value, start=1):
+            said = objective_problem(entry, number)
+            if said is None and entry.get("pattern") is not None:
+                said = _pattern_problem(entry["pattern"], f"`objectives` entry {number} pattern")
+            if said:
+                return said
+        names = [entry["metric"] for entry in value]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        return f"`{label}` names {', '.join(twice)} more than once" if twice else None
+
+    return Kind(
+        lambda v: problem(v) is None, "a list of {metric: NAME, direction: min|max}", py="list[dict[str, Any]]",
+        explain=problem,
+    )  # fmt: skip
 
 
 def policy_queue() -> Kind:
@@ -338,6 +368,7 @@ class Settings:
     holdout_command: str | None = None
     seed: str | None = None                                      # None: repeats run as the commit says
     keep_rule: str | None = None                                 # None: the ledger's, else screening
+    objectives: list[dict[str, Any]] = field(default_factory=list)  # [] : one objective, `metric`
     # fmt: on
 
     @classmethod
@@ -428,6 +459,12 @@ class Settings:
             return MetricSource(kind="log", pattern=self.pattern)
         return None
 
+    def objective_list(self) -> list[Objective]:
+        """The campaign's objectives, its own metric first; one alone without `objectives:`."""
+        from autoresearch_skills.campaign.pareto import Objective
+
+        return [Objective(self.metric, self.direction), *map(Objective.from_mapping, self.objectives)]
+
     def frozen_paths(self) -> list[str]:
         """Files no experiment may change: `frozen:` and the loop policy's `frozen:`."""
         listed = [*self.frozen, *(self.policy.frozen if self.policy else [])]
@@ -514,8 +551,9 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
     Key("holdout", text(), "a second metric the run prints (e.g. `test loss`), recorded beside the metric and shown for the baseline and the best; it never enters a keep decision, a proposal or a stop rule"),
     Key("holdout_pattern", value_pattern(), "a regex that reads the held-out metric, as `pattern:` reads the metric"),
     Key("holdout_command", text(), "a command run once at the end in the best's and the baseline's checkouts, with ARS_OUTPUT_DIR set to that run's outputs (`python eval.py --ckpt $ARS_OUTPUT_DIR/out/ckpt.pt`); it prints the `holdout` metric"),
-    Key("seed", text(), "the seed knob (a flag such as --seed, or a config key as `space:` names one): the repeats of one commit run with seeds 1, 2, 3 ... above its own, so reruns measure seed-to-seed noise"),
+    Key("seed", text(), "the seed knob (a flag such as --seed, or a config key as `space:` names one): the repeats of one commit run with seeds 1, 2, 3 ... above its own (1, 2, 3 ... for a flag the command does not set), so reruns measure seed-to-seed noise"),
     Key("keep_rule", choice("screening", "noise"), "how a result is kept: screening (one run per idea judged on a shrinkage estimate, then the best and the baseline re-measured at the end) or noise (every lead confirmed by reruns); default: the rule the ledger was started with, screening for a new campaign (references/stop-rules.md)"),
+    Key("objectives", objective_list(), "more metrics the run prints besides `metric`, each with its own direction (`[{metric: peak_ms, direction: min}]`, an optional `pattern:` as `holdout_pattern:`): recorded in the ledger, told to the optuna policy's study (multi-objective: NSGA-II unless `sampler: tpe`) and shown as the Pareto front by status, finish and the report; the best stays `metric`'s", where="file"),
 ])
 
 POLICY: dict[str, Key] = _declared(PolicySettings, [
@@ -525,13 +563,13 @@ POLICY: dict[str, Key] = _declared(PolicySettings, [
     Key("args", mapping(), "grid, random, llm, hybrid, optuna: command-line arguments and their values, written into the command (`args_style`; a key written `-n` or `--lr` is its own flag)", where="file"),
     Key("samples", integer(1), "random: how many draws (unset: 8); optuna: the most trials proposed (unset: until the stop rule)", where="file"),
     Key("seed", integer(), "random, optuna: the seed of the draws", where="file"),
-    Key("sampler", choice(*OPTUNA_SAMPLERS), "optuna: the sampler: tpe (with a constant liar for parallel runs), cmaes (needs cmaes), gp (needs torch and scipy), qmc (needs scipy), random, nsga2", where="file"),
+    Key("sampler", choice(*OPTUNA_SAMPLERS), "optuna: the sampler: tpe (with a constant liar for parallel runs), cmaes (needs cmaes), gp (needs torch and scipy), qmc (needs scipy), random, nsga2; unset: tpe, or nsga2 with `objectives:`", where="file"),
     Key("command", command_line(), "command: the external proposer (JSON in on stdin, one proposal out)", where="file"),
     Key("program", text(), "command, llm, llm_diff, hybrid: the research program the proposer reads", where="file"),
     Key("timeout", number(above=0), "command: seconds the proposer may think", where="file"),
     Key("mutable", paths(), "the only files proposals may change; `set:` and `space:` knobs are looked up in all of them", where="file"),
     Key("frozen", paths(), "files proposals may never change", where="file"),
-    Key("parent", text(), "where each experiment branches from: best, baseline or a git ref", where="file"),
+    Key("parent", text(), "where each experiment branches from: best, baseline or a git ref (default baseline for grid, random and optuna, whose trials set their knobs whole, so a trial says nothing of the point before it; best for the others, whose changes build on each other)", where="file"),
     Key("model", text(), "llm, llm_diff, hybrid (required): the model name the OpenAI-compatible endpoint serves", where="file"),
     Key("base_url", text(), "llm, llm_diff, hybrid: the endpoint, e.g. http://localhost:8000/v1 (vLLM), http://localhost:11434/v1 (Ollama); default OPENAI_BASE_URL, then OpenAI's", where="file"),
     Key("api_key_env", text(), "llm, llm_diff, hybrid: the environment variable holding the endpoint's key (its name only: the key is never written anywhere)", where="file"),

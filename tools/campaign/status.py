@@ -3,7 +3,8 @@ hooks and `ars exp wait` show. Pure reading: the ledger, state.json (through its
 
     status_facts(campaign)     attempted and remaining, the best (noise.best), the noise (or that
                                identical repeats make the target deterministic), the latest
-                               row, every experiment in flight, the queue, the verdict
+                               row, every experiment in flight, the queue, the verdict; with
+                               `objectives:`, the Pareto front (campaign/pareto.py)
     in_flight_facts(e)         one experiment in flight: phase, slot, GPUs, elapsed, session or job,
                                and for a run that ended and is not recorded yet, how it ended (a
                                tmux session or server that vanished under it named with its socket)
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoresearch_skills import gitflow
-from autoresearch_skills.campaign import keeprule, noise, outputs
+from autoresearch_skills.campaign import keeprule, noise, outputs, pareto
 from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now, parse_iso
@@ -71,6 +72,8 @@ def status_facts(campaign: Campaign) -> dict:
         "pending_decision": _result_facts(decide[0]) if decide else None,
         "outputs": outputs.usage(campaign),
         "best_outputs": _best_outputs(campaign, rows),
+        "objectives": [o.to_dict() for o in s.objective_list()],  # the metric first
+        "pareto": [p.to_dict() for p in pareto.front(rows, s.objective_list())],  # [] for one objective
     }
 
 
