@@ -135,6 +135,7 @@ class Standing:
     tree: lineage.Tree  # the comparable rows' experiments, each under the one it grew from
     chain: list[lineage.Node]  # the path from the baseline to the best: each link the next one's parent
     running_best: list[noise.Group]  # kept commits whose mean beats every kept commit before them
+    # (under screening: the baseline, then the campaign's result when that is not the baseline)
     estimate: noise.Estimate
     noise_aware: bool  # the ledger records noise (fingerprints, reruns, sigma): say so
 
@@ -161,6 +162,9 @@ def standing(rows: list[Row], direction: str, seeded: bool = False) -> Standing:
         if g.kept and (not running or noise.better(g.mean, running[-1].mean, direction)):
             running.append(g)
     best = noise.best(rows, direction, fingerprint=fingerprint)
+    if running and screening.screened(r for r in comparable if r.status.is_finished()):
+        # a screened keep is a parent, not a record: the line goes from the baseline to the result
+        running = running[:1] + ([best.group] if best and best.key != running[0].key else [])
     tree = lineage.build(comparable, direction)
     return Standing(
         fingerprint=fingerprint,
