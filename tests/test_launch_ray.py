@@ -315,7 +315,7 @@ print(f"val_bpb:          {abs(LR - 0.03) * 10 + 1:.6f}")
 
 def write_campaign(repo: Path, name: str, address: str, policy: dict, stop: str, **extra) -> Path:
     config = {"name": name, "metric": "val_bpb", "direction": "min", "preset": "karpathy",
-              "command": f"{sys.executable} train.py", "launcher": "ray", "ray_address": address, "stop": stop,
+              "command": f"{sys.executable} train.py", "launcher": "ray", "ray_address": address, "keep_rule": "noise", "stop": stop,
               "prefix": f"autoresearch/t-{name}", "baseline_repeats": 1,
               "policy": {"mutable": ["train.py"], **policy}, **extra}  # fmt: skip
     path = repo / "campaign.yaml"
