@@ -7,6 +7,7 @@ noise (the unattended loop, two slots)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -80,6 +81,15 @@ def run_next(repo: Path, env: dict, out: str) -> str:
     return ars(repo, "exp", "rerun", ref, env=env).stdout
 
 
+def stop_hook(repo: Path) -> dict | None:
+    """`ars hook stop` as Claude Code runs it when the agent stops: its decision, or None (allowed)."""
+    payload = json.dumps({"cwd": str(repo), "hook_event_name": "Stop", "stop_hook_active": False})
+    done = subprocess.run([sys.executable, "-m", "autoresearch_skills.cli", "hook", "stop"], input=payload,
+                          capture_output=True, text=True, cwd=repo, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout) if done.stdout.strip() else None
+
+
 def status(repo: Path) -> dict:
     out = ars(repo, "campaign", "status", "--json", "--campaign", "s", code=None)
     assert out.stdout, out.stderr
@@ -102,10 +112,13 @@ def test_a_new_campaign_screens_then_re_measures_the_best_and_confirms_it(repo: 
     assert "status: keep (screened: estimate" in first and next_command(first) is None
     out = idea(repo, env, "two", 2)
     assert "status: discard (screened: estimate" in out
+    held = stop_hook(repo)  # an agent stopping now is sent back to the finish
+    assert held["decision"] == "block" and "the keep rule still owes a rerun before the end" in held["reason"]
+    assert "`ars exp rerun '#2'" in held["reason"] and "finish: rerun the best #2" in held["reason"]
     out = run_next(repo, env, out)  # the count is reached: the finish's reruns are named one by one
     out = run_next(repo, env, out)
     out = run_next(repo, env, out)
-    assert next_command(out) is None
+    assert next_command(out) is None and stop_hook(repo) is None  # finished: the agent may stop
     table = rows(repo)
     assert [r.status for r in table] == ["keep", "keep", "keep", "discard", "keep", "keep", "keep"]
     assert all(flags(r) == {"screened"} for r in table[:4])

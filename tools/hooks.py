@@ -331,7 +331,7 @@ def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
 
 
 def _owed_rerun(campaign):
-    """The rerun the noise rule owes (`experiment.owed_rerun`). The experiment lifecycle loads the
+    """The rerun the keep rule owes (`experiment.owed_rerun`). The experiment lifecycle loads the
     whole run machinery (~100 ms), so only the answers that need it pay for it: none while an
     experiment is in flight or before the first row."""
     from autoresearch_skills.campaign.experiment import owed_rerun
@@ -407,8 +407,8 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
         experiments = list(campaign.state.read().experiments.values())
         rows = campaign.rows()
         verdict = campaign.verdict()
-        # A count met leaves the reruns the noise rule owes, while time remains: the best must
-        # not rest on one draw when the agent reports it.
+        # A count met leaves the reruns the keep rule owes (screening's finish, the noise rule's
+        # confirmations), while time remains: the best must not rest on one draw when reported.
         owed = _owed_rerun(campaign) if not verdict.should_continue and not experiments else None
         if not verdict.should_continue and owed is None:
             notes.append(f"{name}: {verdict.line}")
@@ -431,9 +431,9 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
         ref = campaign_ref(folder, root, cwd)
         if owed is not None:
             reason = (
-                f"Campaign {name}: {verdict.line}, but the noise rule still owes a rerun before the end: "
+                f"Campaign {name}: {verdict.line}, but the keep rule still owes a rerun before the end: "
                 f"`ars exp rerun '#{owed.rerun_of}' --campaign {ref}` ({owed.reason}). Run it, then report "
-                f"the best with the number of runs it rests on. "
+                f"the best with its verdict (`ars campaign status`: claim) and the runs it rests on. "
                 f"(autoresearch stop hook: block {blocks + 1} of {max_blocks} without progress)"
             )
             return StopDecision(True, reason, name, notes=notes)
