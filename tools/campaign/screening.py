@@ -439,7 +439,7 @@ def screen(rows: Sequence[ScreeningRow], row: ScreeningRow, direction: str) -> S
     reason = (
         f"screened: estimate {mine.mean:.6g} {'beats' if keep else 'does not beat'} the best "
         f"#{rival.key}'s {rival.mean:.6g} (fitted on every run so far: a change moves the metric by "
-        f"{-_sign(direction) * prior.mean:+.2g} +- {prior.spread:.2g} on average, one run by {prior.noise:.2g})"
+        f"{_sign(direction) * prior.mean:+.2g} +- {prior.spread:.2g} on average, one run by {prior.noise:.2g})"
     )
     return Screening(Status.KEEP if keep else Status.DISCARD, mine, rival, reason)
 
