@@ -142,6 +142,9 @@ def test_a_two_objective_campaign_records_tells_and_shows_one_pareto_front(repo:
     ]
     assert {int(cells[0].strip("| ")) for cells in table} == expected.keys()
     assert report.index("## Result") < report.index("## Pareto front")
+    page = (repo / FOLDER / "report.html").read_text()  # the dashboard's page, frozen: its Result card
+    card = page.split('<ul class="pareto">', 1)[1].split("</ul>", 1)[0]
+    assert {int(item.split(" ", 1)[0]) for item in card.split("<li>#")[1:]} == expected.keys()
     # the one best stays the metric's own
     best = ledger.best(rows, "min")
     assert best is not None and facts["best_row"]["index"] == best.index
