@@ -142,6 +142,13 @@ def test_a_two_objective_campaign_records_tells_and_shows_one_pareto_front(repo:
     ]
     assert {int(cells[0].strip("| ")) for cells in table} == expected.keys()
     assert report.index("## Result") < report.index("## Pareto front")
+    ars(
+        repo, "campaign", "export", "--optuna", "--campaign", "multi"
+    )  # any campaign as a study, both objectives
+    exported = optuna.load_study(study_name="multi", storage=f"sqlite:///{repo / FOLDER / 'study.db'}")
+    assert exported.directions == [optuna.study.StudyDirection.MINIMIZE] * 2
+    told = {t.user_attrs["index"]: t.values for t in exported.get_trials() if t.values}
+    assert all(told[i] == pytest.approx(expected[i]) for i in expected)  # the front's commits, both means
     page = (repo / FOLDER / "report.html").read_text()  # the dashboard's page, frozen: its Result card
     card = page.split('<ul class="pareto">', 1)[1].split("</ul>", 1)[0]
     assert {int(item.split(" ", 1)[0]) for item in card.split("<li>#")[1:]} == expected.keys()

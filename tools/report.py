@@ -679,7 +679,8 @@ def screened_claim(st: Standing, metric: str, direction: str) -> str | None:
     finished = [r for r in st.comparable if r.status.is_finished()]
     if not finished or not screening.screened(finished):
         return None
-    return screening.describe(screening.verdict(finished, direction), metric, direction)
+    fixed_seed = noise.FIXED_SEED_VERDICT if not st.estimate.seeded else None
+    return screening.describe(screening.verdict(finished, direction), metric, direction, fixed_seed)
 
 
 def what_it_left(campaign: Campaign, rows: list[Row]) -> list[str]:
@@ -765,7 +766,7 @@ def chain_section(st: Standing, direction: str) -> list[str]:
         intro.append(
             "Each link was kept on one run, by its shrinkage estimate against the best's: the parent "
             "of what came next, not a claim that its change helped. The only claim is the verdict under "
-            "Result, made on fresh runs of the best and the baseline."
+            "Result, made on fresh runs."
         )
     if st.noise_aware and st.chain:
         intro.append(

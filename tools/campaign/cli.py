@@ -228,7 +228,7 @@ def export_cmd(to_optuna: bool, storage: str | None, ref: str | None) -> None:
     campaign = find(ref)
     s = campaign.settings
     url = storage or default_storage(campaign.folder)
-    count = export(campaign.rows(), url, s.name, s.direction)
+    count = export(campaign.rows(), url, s.name, s.direction, s.objective_list()[1:])
     click.echo(f"study: {s.name} ({count} trial(s)) in {url}")
     click.echo(f"next: optuna-dashboard {url}")
 

@@ -189,5 +189,5 @@ def verdict_line(settings: Settings, rows: list[Row]) -> str | None:
     if not mine:
         return None
     ended = screening.verdict(mine, settings.direction)
-    fixed_seed = noise.DETERMINISTIC if settings.seed is None else None
+    fixed_seed = noise.FIXED_SEED_VERDICT if settings.seed is None else None
     return screening.describe(ended, settings.metric, settings.direction, fixed_seed)

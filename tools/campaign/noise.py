@@ -106,11 +106,14 @@ DETERMINISTIC_MIN_COMMITS = 2  # seeded: identical repeats of this many commits 
 LEDGER_DECIMALS = 6  # results.tsv holds metric_value to 6 decimals: a new value is judged as stored
 # what every place says once repeats at a fixed seed agree exactly (the policy is not `seeded`): they
 # measured nothing about how a different configuration, with its own random stream, may land
-DETERMINISTIC = (
-    "identical repeats: the runs are deterministic at a fixed seed, so reruns cannot measure seed-to-seed "
-    "noise and none is run; to measure it, set `seed:` in campaign.yaml to the seed knob, "
+FIXED_SEED = "identical repeats: the runs are deterministic at a fixed seed, so reruns cannot measure seed-to-seed noise"
+MEASURE_SEEDS = (
+    "to measure it, set `seed:` in campaign.yaml to the seed knob, "
     "e.g. `seed: --seed` or `seed: train.py:seed` (a script without one needs one added first)"
 )
+DETERMINISTIC = f"{FIXED_SEED} and none is run; {MEASURE_SEEDS}"
+# screening's verdict at a fixed seed: its finish did rerun the best, to see the repeats agree
+FIXED_SEED_VERDICT = f"{FIXED_SEED}; {MEASURE_SEEDS}"
 # what every place says once repeats under different seeds (`seed:` set) of DETERMINISTIC_MIN_COMMITS
 # commits agree exactly: the target ignores its seed, so there is no noise to measure
 DETERMINISTIC_ACROSS_SEEDS = (

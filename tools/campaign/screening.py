@@ -565,7 +565,7 @@ def screened(rows: Iterable[object]) -> bool:
 def describe(found: Verdict, metric: str, direction: str, fixed_seed: str | None = None) -> str:
     """The verdict in one line: what the campaign claims, the gain it reports and why. Repeats that
     agree exactly at a fixed seed measured no seed-to-seed noise: the gain is then the gain at this
-    seed, and `fixed_seed` (noise.DETERMINISTIC, given when no `seed:` is set) says so."""
+    seed, and `fixed_seed` (noise.FIXED_SEED_VERDICT, given when no `seed:` is set) says so."""
     if found.outcome is Outcome.NO_GAIN:
         return "no gain: the baseline stayed the best"
     if found.outcome is Outcome.BASELINE:

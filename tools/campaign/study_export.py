@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoresearch_skills.campaign import noise
+from autoresearch_skills.campaign.pareto import Objective
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.ledger import Row
 from autoresearch_skills.outcome import Status
@@ -30,8 +31,12 @@ if TYPE_CHECKING:
 INSTALL = "pip install 'autoresearch-skills[optuna]'"
 
 
-def export(rows: Sequence[Row], storage: str, name: str, direction: str) -> int:
-    """Write the study; returns how many trials it holds."""
+def export(
+    rows: Sequence[Row], storage: str, name: str, direction: str, objectives: Sequence[Objective] = ()
+) -> int:
+    """Write the study; returns how many trials it holds. With `objectives` (beyond the metric) the
+    study has one direction each and a trial holds each one's mean over its commit's runs (a trial
+    whose runs never printed one is FAIL)."""
     try:
         import optuna
     except ImportError:
@@ -47,9 +52,12 @@ def export(rows: Sequence[Row], storage: str, name: str, direction: str) -> int:
     pooled = {i: g for g in noise.groups(rows).values() for i in g.indexes}
     if name in optuna.get_all_study_names(storage):
         optuna.delete_study(study_name=name, storage=storage)
-    study = optuna.create_study(
-        study_name=name, storage=storage, direction="minimize" if direction == "min" else "maximize"
-    )
+    directions = [
+        optuna.study.StudyDirection.MINIMIZE if d == "min" else optuna.study.StudyDirection.MAXIMIZE
+        for d in (direction, *(o.direction for o in objectives))
+    ]
+    study = optuna.create_study(study_name=name, storage=storage, directions=directions)
+    by_index = {r.index: r for r in rows}
     states = optuna.trial.TrialState
     for row in attempts:
         params = {k: _plain(v) for k, v in row.knob_values().items()}
@@ -57,15 +65,24 @@ def export(rows: Sequence[Row], storage: str, name: str, direction: str) -> int:
             k: optuna.distributions.CategoricalDistribution(choices[k]) for k in params
         }
         group = pooled.get(row.index)
+        values: list[float] | None = None
         if group is not None:
-            state, value = states.COMPLETE, group.mean
+            values = [group.mean]
+            for objective in objectives:
+                printed = [by_index[i].objective_values().get(objective.metric) for i in group.indexes]
+                found = [v for v in printed if v is not None]
+                values = values + [noise.mean_of(found)] if found and values is not None else None
+        if values is not None:
+            state = states.COMPLETE
+        elif group is not None:
+            state = states.FAIL  # an objective never printed
         else:
-            state, value = (states.PRUNED if row.status is Status.CANCELLED else states.FAIL), None
+            state = states.PRUNED if row.status is Status.CANCELLED else states.FAIL
         study.add_trial(
             optuna.trial.create_trial(
                 params=params,
                 distributions=distributions,
-                value=value,
+                values=values,
                 state=state,
                 user_attrs={
                     "index": row.index,
