@@ -221,7 +221,8 @@ def test_a_nanogpt_run_records_its_pace_and_one_at_half_the_pace_is_not_comparab
     for row in (baseline, slower, higher_lr):
         assert row.steps == "100"  # `step 100: train loss ..., val loss ...`, the last step printed
         assert float(row.throughput) > 0  # iterations per second, from `time 31.05ms` per iteration
-    assert 0.4 < float(slower.throughput) / float(baseline.throughput) < 0.6
+    # about half (the pause doubles each iteration); a loaded machine moves both runs' pace a little
+    assert 0.3 < float(slower.throughput) / float(baseline.throughput) < 0.75
     assert (
         f"not comparable: it/s {slower.throughput} vs {baseline.throughput} for its parent #0" in slower.flags
     )
