@@ -219,16 +219,7 @@ class Policy:
 def patched_texts(repo: Path, parent_commit: str, patch: str, paths: list[str]) -> dict[str, str | None]:
     """Each of `paths` as the parent commit holds it after `patch` (None: the patch deletes it).
     The patch is applied to a scratch index, never to a checkout, so nothing of the user's changes."""
-    with _scratch_index(repo, parent_commit) as (env, patch_file):
-        patch_file.write_text(patch if patch.endswith("\n") else patch + "\n")
-        applied = subprocess.run(
-            ["git", "apply", "--cached", str(patch_file)], cwd=repo, env=env, capture_output=True, text=True
-        )
-        if applied.returncode != 0:
-            lines = applied.stderr.strip().splitlines()
-            raise Rejected(
-                f"patch does not apply to the parent commit: {lines[0] if lines else 'unreadable'}"
-            )
+    with _patched_index(repo, parent_commit, patch) as env:
         texts: dict[str, str | None] = {}
         for path in paths:
             shown = subprocess.run(
@@ -241,6 +232,14 @@ def patched_texts(repo: Path, parent_commit: str, patch: str, paths: list[str]) 
 def patched_tree(repo: Path, parent_commit: str, patch: str) -> str:
     """The tree the parent commit would have after `patch`: what a commit of it would hold, known
     before any branch exists (a scratch index, never a checkout)."""
+    with _patched_index(repo, parent_commit, patch) as env:
+        written = subprocess.run(["git", "write-tree"], cwd=repo, env=env, capture_output=True, text=True)
+        return written.stdout.strip()
+
+
+@contextmanager
+def _patched_index(repo: Path, parent_commit: str, patch: str) -> Iterator[dict]:
+    """A scratch index of the parent commit with `patch` applied; Rejected when it does not apply."""
     with _scratch_index(repo, parent_commit) as (env, patch_file):
         patch_file.write_text(patch if patch.endswith("\n") else patch + "\n")
         applied = subprocess.run(
@@ -251,8 +250,7 @@ def patched_tree(repo: Path, parent_commit: str, patch: str) -> str:
             raise Rejected(
                 f"patch does not apply to the parent commit: {lines[0] if lines else 'unreadable'}"
             )
-        written = subprocess.run(["git", "write-tree"], cwd=repo, env=env, capture_output=True, text=True)
-        return written.stdout.strip()
+        yield env
 
 
 @contextmanager
