@@ -34,7 +34,16 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
-from autoresearch_skills.campaign import holdout, lineage, noise, outputs, pareto, prediction, screening
+from autoresearch_skills.campaign import (
+    holdout,
+    keeprule,
+    lineage,
+    noise,
+    outputs,
+    pareto,
+    prediction,
+    screening,
+)
 from autoresearch_skills.clock import parse_iso
 from autoresearch_skills.errors import Refused, is_refusal, run_cli
 from autoresearch_skills.ledger import Row
@@ -674,13 +683,8 @@ def result_section(st: Standing, metric: str, direction: str) -> list[str]:
 
 
 def screened_claim(st: Standing, metric: str, direction: str) -> str | None:
-    """Under screening (campaign/keeprule.py), what the campaign claims of its best: confirmed,
-    unconfirmed, fallen back or not yet re-measured; None under the noise rule."""
-    finished = [r for r in st.comparable if r.status.is_finished()]
-    if not finished or not screening.screened(finished):
-        return None
-    fixed_seed = noise.FIXED_SEED_VERDICT if not st.estimate.seeded else None
-    return screening.describe(screening.verdict(finished, direction), metric, direction, fixed_seed)
+    """Under screening, what the campaign claims of its best (`keeprule.claim`); None otherwise."""
+    return keeprule.claim(st.comparable, direction, metric, seeded=st.estimate.seeded)
 
 
 def what_it_left(campaign: Campaign, rows: list[Row]) -> list[str]:

@@ -180,14 +180,18 @@ def finish_reserve(settings: Settings, rows: list[Row]) -> float:
 
 
 def verdict_line(settings: Settings, rows: list[Row]) -> str | None:
-    """Under screening, what the campaign claims of its best (`screening.describe`): confirmed,
-    re-measured but unconfirmed, fallen back to the baseline, or not yet re-measured. None under the
-    noise rule or before a result."""
+    """Under screening, what the campaign claims of its best (`claim`); None under the noise rule."""
     if rule(settings, rows) != SCREENING:
         return None
+    return claim(rows, settings.direction, settings.metric, seeded=settings.seed is not None)
+
+
+def claim(rows: list[Row], direction: str, metric: str, *, seeded: bool) -> str | None:
+    """What screening claims of the best of `rows` (`screening.describe`): confirmed, re-measured
+    but unconfirmed, fallen back to the baseline, or not yet re-measured; at a fixed seed (not
+    `seeded`) better at this seed only. None before a result, or for rows screening did not decide."""
     mine = _measured(rows)
-    if not mine:
+    if not mine or not screening.screened(mine):
         return None
-    ended = screening.verdict(mine, settings.direction)
-    fixed_seed = noise.FIXED_SEED_VERDICT if settings.seed is None else None
-    return screening.describe(ended, settings.metric, settings.direction, fixed_seed)
+    fixed_seed = None if seeded else noise.FIXED_SEED_VERDICT
+    return screening.describe(screening.verdict(mine, direction), metric, direction, fixed_seed)
