@@ -3,7 +3,7 @@ machine's load before and after, and each figure's floor measured in the same ru
 
 The goals hold on an idle 2-core machine; on a busy one read the ratio to the floor as well. The
 per-topic scripts beside this one (bench_hooks.py, bench_monitor.py, bench_reward_profile.py,
-bench_ray.py, ...) give the detail behind a line.
+bench_ray.py, bench_cpu_slots.py, ...) give the detail behind a line.
 
     python bench/table.py [--repeat 9] [--skip-largest]
 """
@@ -59,6 +59,18 @@ def ray_figures() -> list[Figure]:
     ]
 
 
+def cpu_slot_figures() -> list[Figure]:
+    """bench_cpu_slots.py: two CPU runs at once, pinned (the default) against unpinned."""
+    done = subprocess.run([sys.executable, str(BENCH / "bench_cpu_slots.py")], capture_output=True, text=True)
+    found = dict(re.findall(r"^(wall_\w+):\s+([\d.]+)", done.stdout, re.M))
+    name = "CPU only, 2 runs at once: wall, pinned"
+    if "wall_pinned" not in found:
+        reason = (done.stdout.strip() or done.stderr.strip() or "no output").splitlines()[-1]
+        return [Figure(name, None, "s", goal="< unpinned", note=f"not measured: {reason}")]
+    pinned, unpinned = float(found["wall_pinned"]), float(found["wall_unpinned"])
+    return [Figure(name, pinned, "s", unpinned, "< unpinned (the floor column)", pinned < unpinned)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9, help="runs per start-up figure (median)")
@@ -106,6 +118,7 @@ def main() -> int:
         per_run, bare, ratio = local_orchestration(runs, 8)
         figures.append(Figure("local orchestration per experiment", per_run, "s", bare, paired_ratio=ratio))
     figures += ray_figures()
+    figures += cpu_slot_figures()
     print(render(figures, f"bench: load {before} before, {load()} after"))
     print(f"seconds: {time.perf_counter() - began:.0f}")
     missed = [f.name for f in figures if f.met is False]

@@ -1,4 +1,5 @@
-"""`ars doctor` run for real; GPUs through a stand-in `nvidia-smi` executable on PATH."""
+"""`ars doctor` run for real; GPUs through a stand-in `nvidia-smi` executable on PATH that prints
+output captured from a real one (tests/data/accelerators/)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autoresearch_skills.nvidia_smi import parse_nvidia_smi
+from autoresearch_skills.accelerators import nvidia
 
 ARS = str(Path(sys.executable).parent / "ars")
-
-H100_CSV = "NVIDIA H100 80GB HBM3, 81559 MiB, 535.104.05\nNVIDIA H100 80GB HBM3, 81559 MiB, 535.104.05\n"
+DATA = Path(__file__).parent / "data" / "accelerators"
+VENDOR_TOOLS = ("nvidia-smi", "amd-smi", "rocm-smi", "xpu-smi")
 DRIVER_FAILURE = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running."
@@ -21,8 +22,9 @@ DRIVER_FAILURE = (
 
 
 def _path_without_nvidia_smi() -> str:
+    """PATH without any vendor's tool: a machine without accelerators."""
     dirs = os.environ.get("PATH", "").split(os.pathsep)
-    return os.pathsep.join(d for d in dirs if d and not (Path(d) / "nvidia-smi").exists())
+    return os.pathsep.join(d for d in dirs if d and not any((Path(d) / t).exists() for t in VENDOR_TOOLS))
 
 
 def _fake_nvidia_smi(tmp_path: Path, body: str) -> str:
@@ -48,10 +50,12 @@ def test_without_gpu_it_says_so_plainly(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     gpu_line = next(line for line in lines if line.startswith("gpus:"))
+    tools = "nvidia-smi not found; amd-smi not found; rocm-smi not found; xpu-smi not found"
     assert gpu_line in (
-        "gpus: none (nvidia-smi not found; torch.cuda unavailable)",
-        "gpus: none (nvidia-smi not found; torch not installed)",
+        f"gpus: none ({tools}; torch.cuda unavailable)",
+        f"gpus: none ({tools}; torch not installed)",
     )
+    assert "accelerator: cpu (CPU only)" in lines
     assert not any(line.startswith("gpu ") for line in lines)
     tmux = subprocess.run(["tmux", "-V"], capture_output=True, text=True).stdout.strip()
     assert f"tmux: {tmux}" in lines
@@ -72,32 +76,32 @@ def test_json_report_has_every_field(tmp_path):
 
 
 def test_gpus_are_read_from_nvidia_smi(tmp_path):
-    expected_args = "--query-gpu=name,memory.total,driver_version --format=csv,noheader"
+    expected_args = " ".join(nvidia.QUERY[1:])
+    capture = DATA / "nvidia-smi-h200-busy-devices.csv"
     path = _fake_nvidia_smi(
         tmp_path,
         f'[ "$*" = "{expected_args}" ] || {{ echo "unexpected arguments: $*" >&2; exit 2; }}\n'
-        f"printf '{H100_CSV}'\n",
+        f'cat "{capture}"\n',
     )
     done = _doctor("--json", path=path, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["gpu_note"] == "nvidia-smi"
+    assert report["gpu_note"] == "nvidia-smi" and report["accelerator"] == "nvidia"
     assert report["gpus"] == [
         {
-            "index": i,
-            "name": "NVIDIA H100 80GB HBM3",
-            "memory_mib": 81559.0,
-            "driver": "535.104.05",
-            "source": "nvidia-smi",
+            "vendor": "nvidia", "index": 0, "name": "NVIDIA H200", "memory_mib": 143771.0,
+            "driver": "580.159.04", "source": "nvidia-smi", "free_mib": 139558.0, "used_mib": 3599.0,
         }
-        for i in range(2)
-    ]
+    ]  # fmt: skip
+    assert report["pool"].startswith(
+        "NVIDIA: 1 device(s); each run gets its own through CUDA_VISIBLE_DEVICES"
+    )
     if report["torch"] is not None:
         assert any("torch.cuda does not" in note for note in report["notes"])
 
     human = _doctor(path=path, cwd=tmp_path).stdout
-    assert "gpus: 2 (nvidia-smi)" in human
-    assert "gpu 1: NVIDIA H100 80GB HBM3, 81559 MiB, driver 535.104.05" in human
+    assert "gpus: 1 (nvidia-smi)" in human and "accelerator: nvidia (NVIDIA)" in human
+    assert "gpu 0: NVIDIA H200, 143771 MiB (139558 MiB free), driver 580.159.04" in human
 
 
 def test_failing_nvidia_smi_is_reported_not_hidden(tmp_path):
@@ -128,10 +132,16 @@ def test_unknown_requirement_is_bad_input(tmp_path):
 
 
 def test_nvidia_smi_rows_with_unknown_memory_and_driver():
-    gpus = parse_nvidia_smi(
-        "NVIDIA A100-SXM4-80GB, [N/A], 550.54.15\nTesla V100-SXM2-32GB, 32768 MiB, [N/A]\n\n"
+    # MIG and some drivers print [N/A]: unknown, never zero (the H200 capture's row, edited so)
+    gpus = nvidia.parse(
+        "0, NVIDIA H200, [N/A], [N/A], [N/A], 580.159.04\n1, NVIDIA H200, 143771, 0, 143156, [N/A]\n\n"
     )
-    assert [(g.index, g.name, g.memory_mib, g.driver) for g in gpus] == [
-        (0, "NVIDIA A100-SXM4-80GB", None, "550.54.15"),
-        (1, "Tesla V100-SXM2-32GB", 32768.0, None),
+    assert [(g.index, g.name, g.memory_mib, g.used_mib, g.driver) for g in gpus] == [
+        (0, "NVIDIA H200", None, None, "580.159.04"),
+        (1, "NVIDIA H200", 143771.0, 0.0, None),
     ]
+
+
+def test_the_captured_idle_h200_parses_to_one_device_with_its_memory():
+    (gpu,) = nvidia.parse((DATA / "nvidia-smi-h200-devices.csv").read_text())
+    assert (gpu.name, gpu.memory_mib, gpu.used_mib, gpu.free_mib) == ("NVIDIA H200", 143771.0, 0.0, 143156.0)

@@ -96,7 +96,7 @@ max_commit_mb: 5
 ADDED_KEYS = [
     "pattern", "worktree_include", "carry_copy_mb", "args_style", "ray_address", "ray_working_dir",
     "keep_sessions_at_end", "keep_outputs", "outputs_max_gb", "holdout", "holdout_pattern", "holdout_command",
-    "seed", "keep_rule", "objectives",
+    "seed", "keep_rule", "objectives", "accelerator", "cpus_per_run", "checks", "checks_timeout",
 ]  # fmt: skip
 
 
@@ -389,6 +389,7 @@ def _imports(path: Path) -> set[str]:
 def test_the_declaration_stays_in_its_layer():
     tools = ROOT / "tools"
     below = (
+        "accelerators.machine",
         "campaign.paths",
         "campaign.policy_settings",
         "campaign.pool",

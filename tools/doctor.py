@@ -1,7 +1,9 @@
 """`ars doctor`: what a campaign needs on this machine, checked for real and reported plainly.
 
-GPUs come from `nvidia-smi` when it is on PATH and from `torch.cuda` when torch imports;
-a machine without either says `gpus: none (...)` with the reason. Nothing is guessed.
+Accelerators come from each vendor's own tool: nvidia-smi, amd-smi or rocm-smi (AMD), xpu-smi
+(Intel), sysctl on Apple silicon; then from `torch.cuda` when torch imports. A machine without
+any says `gpus: none (...)` with the reasons, and the `pool:` line says what a campaign's pool will
+use here: `CPU only: 2 cores, runs pinned one core each at parallel 2`. Nothing is guessed.
 
 Run inside a repository whose current campaign uses tmux, it also says whether the tmux server
 on the campaign's socket runs (`tmux_server: -L research not running (campaign lr: 1 run in
@@ -22,8 +24,10 @@ from pathlib import Path
 
 import click
 
+from autoresearch_skills.accelerators import cores as cpu_cores
+from autoresearch_skills.accelerators import machine
+from autoresearch_skills.accelerators.device import COMMAND_TIMEOUT, Device
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, run_cli
-from autoresearch_skills.nvidia_smi import COMMAND_TIMEOUT, Gpu, query_nvidia_smi
 
 REQUIREMENTS = ("gpu", "tmux", "git", "slurm", "ray", "torch")
 
@@ -44,8 +48,10 @@ class Report:
     slurm: str | None
     torch: str | None
     torch_cuda: dict
-    gpus: list[Gpu]
+    gpus: list[Device]
     gpu_note: str  # where the GPU list came from, or why it is empty
+    accelerator: str  # the vendor `accelerator: auto` means here (machine.VENDORS), or "cpu"
+    pool: str  # what a campaign's pool uses here, in one line
     notes: list[str] = field(default_factory=list)
     tmux_server: str | None = None  # the current campaign's tmux server, when it uses tmux
     ray: dict | None = None  # cluster_info() of the Ray cluster runs would go to; None: Ray not installed
@@ -80,16 +86,44 @@ class Report:
         ]
         if self.torch:
             out.append(f"torch_cuda: {self.torch_cuda['summary']}")
+        out.append(f"accelerator: {self.accelerator} ({machine.NAMES[self.accelerator]})")
         if self.gpus:
             out.append(f"gpus: {len(self.gpus)} ({self.gpu_note})")
-            for gpu in self.gpus:
-                memory = f"{gpu.memory_mib:.0f} MiB" if gpu.memory_mib is not None else "memory unknown"
-                driver = f", driver {gpu.driver}" if gpu.driver else ""
-                out.append(f"gpu {gpu.index}: {gpu.name}, {memory}{driver}")
+            out += [_device_line(gpu) for gpu in self.gpus]
         else:
             out.append(f"gpus: none ({self.gpu_note})")
+        out.append(f"pool: {self.pool}")
         out += [f"note: {note}" for note in self.notes]
         return "\n".join(out)
+
+
+def _device_line(gpu: Device) -> str:
+    memory = f"{gpu.memory_mib:.0f} MiB" if gpu.memory_mib is not None else "memory unknown"
+    free = f" ({gpu.free_mib:.0f} MiB free)" if gpu.free_mib is not None else ""
+    driver = f", driver {gpu.driver}" if gpu.driver else ""
+    return f"gpu {gpu.index}: {gpu.name}, {memory}{free}{driver}"
+
+
+def pool_line(vendor: str, gpus: list[Device], parallel: int | None) -> str:
+    """What a pool uses here, for a campaign running `parallel` at once (None: no campaign here, told
+    for 2, the smallest parallel campaign)."""
+    at = parallel or 2
+    if vendor == "apple":
+        return "Apple silicon: one MPS device, shared by every run in flight (no variable splits it)"
+    if gpus:
+        variable = machine.visibility_variable(vendor)
+        return (
+            f"{machine.NAMES[vendor]}: {len(gpus)} device(s); each run gets its own through {variable} "
+            "(`gpus:`, `gpus_per_run:`)"
+        )
+    usable = cpu_cores.usable()
+    if at < 2:
+        return f"CPU only: {len(usable)} cores, one run at a time uses them all (parallel 1)"
+    each = len(usable) // at
+    if not each:
+        return f"CPU only: {len(usable)} cores, fewer than the {at} runs: not pinned, 1 thread each at parallel {at}"
+    share = "one core" if each == 1 else f"{each} cores"
+    return f"CPU only: {len(usable)} cores, runs pinned {share} each at parallel {at}"
 
 
 def probe_torch() -> tuple[str | None, dict]:
@@ -100,6 +134,7 @@ def probe_torch() -> tuple[str | None, dict]:
     except Exception as err:  # a broken install raises more than ImportError
         return None, {**info, "summary": f"torch not importable ({type(err).__name__})"}
     info["cuda_runtime"] = torch.version.cuda
+    info["hip"] = getattr(torch.version, "hip", None)  # a ROCm build answers through torch.cuda too
     if torch.version.cuda is None:
         info["summary"] = "unavailable (torch built without CUDA)"
     elif not torch.cuda.is_available():
@@ -174,24 +209,33 @@ def diagnose(path: str | Path = ".") -> Report:
     """Check this machine for a campaign whose runs write under `path`."""
     path = Path(path).resolve()
     disk = shutil.disk_usage(path)
-    smi_gpus, smi_note = query_nvidia_smi()
+    found = machine.found()
+    vendor = found.vendor
     torch_version, torch_cuda = probe_torch()
     torch_note = "torch not installed" if torch_version is None else "torch.cuda unavailable"
-    if smi_gpus:
-        gpus, gpu_note = smi_gpus, smi_note
+    if found.devices:
+        gpus, gpu_note = list(found.devices), found.note
     elif torch_cuda["available"]:
         driver = torch_cuda.get("driver_api")
+        vendor = "amd" if torch_cuda.get("hip") else "nvidia"
         gpus = [
-            Gpu(i, d["name"], d["memory_mib"], f"CUDA driver API {driver}" if driver else None, "torch")
+            Device(
+                vendor,
+                i,
+                d["name"],
+                d["memory_mib"],
+                f"CUDA driver API {driver}" if driver else None,
+                "torch",
+            )
             for i, d in enumerate(torch_cuda["devices"])
         ]
-        gpu_note = f"torch.cuda; {smi_note}"
+        gpu_note = f"torch.cuda; {found.note}"
     else:
-        gpus, gpu_note = [], f"{smi_note}; {torch_note}"
+        gpus, gpu_note = [], f"{found.note}; {torch_note}"
     notes = []
-    if smi_gpus and torch_version is not None and not torch_cuda["available"]:
+    if vendor == "nvidia" and found.devices and torch_version is not None and not torch_cuda["available"]:
         notes.append(
-            f"nvidia-smi sees {len(smi_gpus)} GPU(s) but torch.cuda does not: a CPU-only torch build, "
+            f"nvidia-smi sees {len(gpus)} GPU(s) but torch.cuda does not: a CPU-only torch build, "
             "CUDA_VISIBLE_DEVICES hiding them, or a driver older than torch's CUDA"
         )
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -212,10 +256,23 @@ def diagnose(path: str | Path = ".") -> Report:
         torch_cuda=torch_cuda,
         gpus=gpus,
         gpu_note=gpu_note,
+        accelerator=vendor,
+        pool=pool_line(vendor, gpus, _campaign_parallel()),
         notes=notes,
         tmux_server=campaign_tmux_server(),
         ray=_ray_cluster(),
     )
+
+
+def _campaign_parallel() -> int | None:
+    """`parallel:` of the campaign found from here, None without one."""
+    from autoresearch_skills.campaign.store import find
+    from autoresearch_skills.errors import BadInput
+
+    try:
+        return find(None, cwd=".").settings.pool().parallel
+    except (BadInput, OSError, ValueError):
+        return None
 
 
 def _ray_cluster() -> dict | None:
@@ -256,10 +313,12 @@ def _ray_line(info: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="one JSON object")
 @click.pass_context
 def cli(ctx: click.Context, path: Path, required: tuple[str, ...], as_json: bool) -> None:
-    """Report what a campaign needs here: GPUs, tmux, git, Slurm, disk, CPUs, Python, torch.
+    """Report what a campaign needs here: accelerators, tmux, git, Slurm, disk, CPUs, Python, torch.
 
-    GPUs are listed from nvidia-smi when present, else from torch.cuda; with neither the
-    report says `gpus: none (...)` and why. Exit code 0, or 1 when a --require is missing.
+    Devices are listed by vendor from nvidia-smi, amd-smi or rocm-smi, xpu-smi, Apple silicon, else
+    from torch.cuda; without any the report says `gpus: none (...)` and why. The `pool:` line says
+    what a campaign's pool uses here (devices per vendor variable, or CPU cores pinned per run).
+    Exit code 0, or 1 when a --require is missing.
 
     \b
     Examples:

@@ -64,14 +64,16 @@ EXTRA_COLUMNS = (
     "outputs",       # the run's outputs folder (runs/NNN-name/outputs), "" when it kept none
     "knobs",         # the knob values the attempt set, as JSON ({"LR": 0.02, "--seed": 3}); "" when unknown
     "objectives",    # the `objectives:` metrics the run printed, as JSON ({"peak_ms": 212.5}); "" when none
+    "cores",         # the CPU cores the run was pinned to ("0-1", "2"); "" when it was not pinned
 )  # fmt: skip
 COLUMNS = (*BASE_COLUMNS, *EXTRA_COLUMNS)
-# The headers of ledgers written before `objectives`, before `seed`, `holdout` and `outputs`, and
+# The headers of ledgers written before `cores`, before `objectives`, before `seed`, `holdout` and `outputs`, and
 # before `cause`, `reason` and `mode`: read and appended to as they are.
+BEFORE_CORES = COLUMNS[: COLUMNS.index("cores")]
 BEFORE_OBJECTIVES = COLUMNS[: COLUMNS.index("objectives")]
 BEFORE_SEED = COLUMNS[: COLUMNS.index("seed")]
 BEFORE_CAUSE = COLUMNS[: COLUMNS.index("cause")]
-HEADERS = (COLUMNS, BEFORE_OBJECTIVES, BEFORE_SEED, BEFORE_CAUSE, BASE_COLUMNS, NEMO_RL_COLUMNS)
+HEADERS = (COLUMNS, BEFORE_CORES, BEFORE_OBJECTIVES, BEFORE_SEED, BEFORE_CAUSE, BASE_COLUMNS, NEMO_RL_COLUMNS)
 STATUSES = tuple(s.value for s in ROW_STATUSES)
 CAUSES = tuple(c.value for c in CrashCause)
 BASELINE = "baseline"  # the slug, and the branch's last part, of a campaign's first experiment
@@ -121,6 +123,7 @@ class Row:
     outputs: str = ""
     knobs: str = ""
     objectives: str = ""
+    cores: str = ""
 
     def __post_init__(self) -> None:
         self._type()

@@ -46,7 +46,8 @@ ROW_STATUSES = tuple(s for s in Status if s is not Status.CANDIDATE)
 
 class CrashCause(str, Enum):
     """Why a row has no metric (status crash, timeout or cancelled): set where the row is decided,
-    written in the ledger's `cause` column beside the `reason` people read."""
+    written in the ledger's `cause` column beside the `reason` people read. A run whose checks
+    failed printed a metric, but its row holds none: the value is in its reason."""
 
     # stopped by the run watcher (runwatch.py: the anomaly catalogue and the pruning rules)
     FIRST_STEP_TIMEOUT = "first_step_timeout"  # no first-step line within the first-step timeout
@@ -70,6 +71,7 @@ class CrashCause(str, Enum):
     LOST_SESSION = "lost_session"  # its tmux session or server vanished under it
     LOST = "lost"  # the cluster (Slurm, Ray) lost the job
     CANCELLED = "cancelled"  # cancelled by a person or a signal (`ars exp cancel`, Ctrl-C, scancel)
+    CHECKS_FAILED = "checks_failed"  # it gave its metric, then one of the campaign's `checks:` failed
     # decided without a run's end
     STOP_RULE = "stop_rule"  # the stop condition was met before it could start
     MARKED = "marked"  # recorded by hand (`ars exp mark`)

@@ -35,6 +35,7 @@ import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign import (
+    checks,
     holdout,
     keeprule,
     lineage,
@@ -47,7 +48,7 @@ from autoresearch_skills.campaign import (
 from autoresearch_skills.clock import parse_iso
 from autoresearch_skills.errors import Refused, is_refusal, run_cli
 from autoresearch_skills.ledger import Row
-from autoresearch_skills.outcome import Status
+from autoresearch_skills.outcome import CrashCause, Status
 
 if TYPE_CHECKING:
     from autoresearch_skills.campaign.store import Campaign
@@ -114,7 +115,11 @@ def notes(row: Row, confirmed_by: int | None = None) -> str:
 
 
 def diagnose(row: Row) -> str:
-    """One line: the known anomaly in the log if there is one, else the recorded reason."""
+    """One line: the known anomaly in the log if there is one, else the recorded reason. A run whose
+    checks failed ran to its end: its reason says which check, and checks.log holds their output."""
+    if row.cause is CrashCause.CHECKS_FAILED:
+        shown = f"; output in {checks.log_of(row.log_path)}" if row.log_path else ""
+        return f"{row.status} ({row.cause}): {row.reason}{shown}"
     try:
         from autoresearch_skills.anomalies import scan_text
 

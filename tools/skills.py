@@ -28,7 +28,9 @@ cases get their own file because that loop reads exactly that list. A query that
 several skills' trigger files says which one skill answers it: `check` refuses two owners.
 
 `install --hooks` also merges the agent hooks (`ars hook ...`, see hooks.py) into the agent's
-settings: Claude Code's .claude/settings.json, Codex's .codex/hooks.json.
+settings: Claude Code's .claude/settings.json, Codex's .codex/hooks.json. `install --permissions`
+merges the allow-rules an unattended campaign needs (see permissions.py): Claude Code's
+settings.json, Codex's .codex/rules/ars.rules.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from urllib.parse import unquote
 
 import click
 
-from autoresearch_skills import __version__
+from autoresearch_skills import __version__, permissions
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
 
 MARKER = ".ars-skill"
@@ -809,7 +811,18 @@ def cli() -> None:
     is_flag=True,
     help="also add the agent hooks (`ars hook ...`) to Claude Code's settings.json / Codex's hooks.json",
 )
-@click.option("--remove", is_flag=True, help="with --hooks: take our hooks out again (the skills stay)")
+@click.option(
+    "--permissions",
+    "allow_unattended",
+    is_flag=True,
+    help="also allow the commands an unattended campaign runs (ars, git reads, tmux reads, the campaign's "
+    "command) in Claude Code's settings.json / Codex's rules/ars.rules",
+)
+@click.option(
+    "--remove",
+    is_flag=True,
+    help="with --hooks / --permissions: take out again what ars added (the skills stay)",
+)
 @click.option("--json", "as_json", is_flag=True, help="one JSON object")
 def install_cmd(
     agent: str,
@@ -818,6 +831,7 @@ def install_cmd(
     link: bool,
     agents_md: bool,
     hooks: bool,
+    allow_unattended: bool,
     remove: bool,
     as_json: bool,
 ) -> None:
@@ -831,6 +845,12 @@ def install_cmd(
     (Claude Code) or .codex/hooks.json (Codex), under --scope: other hooks and settings stay,
     re-running changes nothing, --remove takes out only ours (commands `ars hook ...`).
 
+    --permissions allows, without a prompt, what an unattended campaign runs: `ars`, git's reads
+    (status, log, diff, show ...), tmux's reads (ls, capture-pane, has-session) and the current
+    campaign's command up to its script (`python train.py`); never a rule that allows every command.
+    Claude Code: permissions.allow of .claude/settings.json, beside it ars-permissions.json records
+    the rules ars added, and --remove takes out exactly those. Codex: .codex/rules/ars.rules.
+
     \b
     Examples:
       ars skills install --agent all                    # ~/.claude/skills and ~/.agents/skills
@@ -840,15 +860,19 @@ def install_cmd(
       ars skills install --scope project --agents-md    # and point CLAUDE.md / AGENTS.md at them
       ars skills install --agent claude --scope project --hooks   # and .claude/settings.json hooks
       ars skills install --agent claude --hooks --remove          # take the hooks out again
+      ars skills install --agent claude --scope project --hooks --permissions  # and run unattended
+      ars skills install --agent claude --scope project --permissions --remove
     """
     agents = list(AGENT_FOLDERS) if agent == "all" else [agent]
-    if remove and not hooks:
+    if remove and not (hooks or allow_unattended):
         raise BadInput(
-            "--remove takes the hooks out: pass --hooks with it (installed skills stay either way)"
+            "--remove takes out the hooks or the permission rules: pass --hooks or --permissions with it "
+            "(installed skills stay either way)"
         )
     if remove:
-        changed = install_hooks(agents, scope, remove=True)
-        _report_hooks(changed, as_json, {})
+        changed = install_hooks(agents, scope, remove=True) if hooks else []
+        allowed = install_permissions(agents, scope, remove=True) if allow_unattended else None
+        _report_hooks(changed, as_json, {}, allowed)
         return
     dest_dirs = destinations(agent, scope, dest)
 
@@ -858,6 +882,7 @@ def install_cmd(
 
     done = install(dest_dirs, link=link, progress=progress)
     changed = install_hooks(agents, scope) if hooks else []
+    allowed = install_permissions(agents, scope) if allow_unattended else None
     notes: list[Path] = []
     if agents_md:
         shown_dirs = dest_dirs * len(agents) if dest is not None else dest_dirs
@@ -870,7 +895,7 @@ def install_cmd(
         click.echo(
             f"skills: {len({i.skill for i in done})} installed in {', '.join(str(d) for d in dest_dirs)}"
         )
-    _report_hooks(changed, as_json, report if as_json else None)
+    _report_hooks(changed, as_json, report if as_json else None, allowed)
 
 
 def install_hooks(agents: list[str], scope: str, remove: bool = False) -> list[dict]:
@@ -885,10 +910,38 @@ def install_hooks(agents: list[str], scope: str, remove: bool = False) -> list[d
     return done
 
 
-def _report_hooks(changed: list[dict], as_json: bool, report: dict | None) -> None:
+def install_permissions(agents: list[str], scope: str, remove: bool = False) -> dict:
+    """Merge the allow-rules into each agent's settings (or take ours out): the campaign command's
+    rules (or why there are none) and what happened where."""
+    base = Path.home() if scope == "user" else project_root()
+    command = None if remove else _campaign_command_rules()
+    rules = permissions.wanted(command)
+    files = permissions.PERMISSION_FILES
+    done = [permissions.install(agent, base / files[agent], rules, remove=remove) for agent in agents]
+    return {"command": command.to_dict() if command else None, "changes": [c.to_dict() for c in done]}
+
+
+def _campaign_command_rules() -> permissions.CommandRules:
+    """The rules for the current campaign's command, found as every `ars` command finds it."""
+    from autoresearch_skills.campaign.store import find  # the campaign engine: only when asked for
+
+    try:
+        campaign = find(None, cwd=Path.cwd())
+    except BadInput as err:
+        why = "no rule for a campaign's command (run this again once `ars campaign status` finds one)"
+        return permissions.CommandRules(None, skipped=f"{why}: {err.message}")
+    return permissions.command_rules(campaign.settings.command, campaign.settings.tmux_socket)
+
+
+def _report_hooks(
+    changed: list[dict], as_json: bool, report: dict | None, allowed: dict | None = None
+) -> None:
     if as_json:
-        click.echo(json.dumps({**(report or {}), "hooks": changed}, indent=2))
+        extra = {"permissions": allowed} if allowed is not None else {}
+        click.echo(json.dumps({**(report or {}), "hooks": changed, **extra}, indent=2))
         return
+    if allowed is not None:
+        _report_permissions(allowed)
     for item in changed:
         click.echo(f"hooks: {item['action']} -> {item['path']}")
         if item["agent"] == "codex" and item["action"] in ("added", "updated"):
@@ -896,6 +949,32 @@ def _report_hooks(changed: list[dict], as_json: bool, report: dict | None) -> No
                 "note: Codex runs new hooks once you trust them (/hooks); versions from before hooks were "
                 "on by default also need `[features] codex_hooks = true` in config.toml"
             )
+
+
+def _report_permissions(allowed: dict) -> None:
+    for change in allowed["changes"]:
+        where = f"{change['action']} -> {change['path']}"
+        if change["action"] == "unchanged":
+            where += " (every rule already there)"
+        elif change["action"] == "absent":
+            where += " (no rule that ars added)"
+        click.echo(f"permissions: {where}")
+        for rule in change["added"]:
+            click.echo(f"allow: {rule}")
+        for rule in change["kept"]:
+            click.echo(f"kept: {rule} (there before ars added it: yours, never removed)")
+        for rule in change["removed"]:
+            click.echo(f"removed: {rule}")
+        if change["agent"] == "codex" and change["action"] in ("added", "updated"):
+            click.echo(
+                "note: Codex loads a project's rules once you trust the project; an allowed command runs "
+                "without asking and outside the sandbox (approval_policy and sandbox_mode stay as they are)"
+            )
+    campaign = allowed["command"] or {"rules": [], "skipped": None}
+    if campaign["rules"]:
+        click.echo(f"campaign: `{campaign['command']}` -> " + ", ".join(f"`{r}`" for r in campaign["rules"]))
+    if campaign["skipped"]:
+        click.echo(f"campaign: {campaign['skipped']}")
 
 
 @cli.command("check")

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from autoresearch_skills.accelerators import machine
 from autoresearch_skills.campaign.pool import GpuSpec, parse_gpu_spec
 from autoresearch_skills.clock import DURATION_PART, format_duration, parse_duration
 from autoresearch_skills.errors import BadInput
@@ -604,8 +605,8 @@ def launch_environment(bp: Blueprint, devices: Sequence[int] | None = None) -> d
         if (bp.python.parent.parent / "pyvenv.cfg").exists():
             env["VIRTUAL_ENV"] = str(bp.python.parent.parent)
     chosen = devices if devices is not None else bp.devices
-    if chosen:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in chosen)
+    if chosen:  # the variable of this machine's vendor: CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES ...
+        env.update(machine.visible_environment(machine.resolve("auto"), list(chosen)))
     return env
 
 

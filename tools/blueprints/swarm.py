@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_skills import gitflow, outcome
+from autoresearch_skills.accelerators import machine
 from autoresearch_skills.blueprints.checking import check_all, validation_file
 from autoresearch_skills.blueprints.reading import (
     FINISH_FLAG,
@@ -88,7 +89,7 @@ from autoresearch_skills.blueprints.resultdir import (
 )
 from autoresearch_skills.blueprints.swarmfile import SWARM_FILE, Logged, Member, SwarmFile, SwarmState
 from autoresearch_skills.campaign import experiment, scheduler, store
-from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS, parse_devices
+from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS, GpuSpec, parse_devices
 from autoresearch_skills.campaign.record import Experiment, Overrides, Phase
 from autoresearch_skills.campaign.state import CampaignState
 from autoresearch_skills.campaign.store import CAMPAIGNS_DIR, find, load
@@ -97,7 +98,6 @@ from autoresearch_skills.clock import format_duration
 from autoresearch_skills.errors import BadInput, StopConditionMet
 from autoresearch_skills.launch.base import Run, state_path_for
 from autoresearch_skills.metrics import guess_direction
-from autoresearch_skills.nvidia_smi import query_nvidia_smi
 
 PRESET = "verl"  # AgentJet's console lines are verl's (`step:N - actor/kl_loss:0.01 - ...`)
 DEFAULT_METRIC = "actor/kl_loss"  # every training step prints it; `--metric` names another
@@ -809,10 +809,11 @@ def _metric(blueprints: Sequence[Blueprint]) -> str:
 
 
 def _detected_gpus() -> str:
-    gpus, why = query_nvidia_smi()
-    if not gpus:
-        raise BadInput(f"no GPU found here ({why}): give the pool with --gpus, e.g. --gpus 0-7")
-    return f"0-{len(gpus) - 1}"
+    found = machine.found()
+    if not found.devices or found.vendor == "apple":
+        raise BadInput(f"no GPU pool found here ({found.note}): give the pool with --gpus, e.g. --gpus 0-7")
+    ids = tuple(device.index for device in found.devices)
+    return str(GpuSpec(len(ids), ids))  # "0," for one device: a bare "0" would be a count
 
 
 def _update_pool(campaign, opts: Options) -> None:

@@ -311,8 +311,15 @@ def tree_cmd(ref: str | None, as_json: bool) -> None:
 
 @cli.command("finish")
 @click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+@click.option(
+    "--branch",
+    "branch",
+    metavar="NAME",
+    help="also make branch NAME: the best's change as one commit on the commit the campaign started from",
+)
+@click.option("--force", is_flag=True, help="with --branch: move an existing result branch NAME to a new one")
 @click.option("--json", "as_json", is_flag=True)
-def finish_cmd(ref: str | None, as_json: bool) -> None:
+def finish_cmd(ref: str | None, branch: str | None, force: bool, as_json: bool) -> None:
     """End a campaign cleanly: checkout back on its starting branch, worktrees removed,
     the session subtask closed, and where the best result lives.
 
@@ -320,14 +327,26 @@ def finish_cmd(ref: str | None, as_json: bool) -> None:
     campaign early (it is then paused: `ars campaign resume` reopens it). Refuses while
     experiments are in flight (wait for, cancel or record them first).
 
+    --branch NAME makes a branch to review: one commit on the commit the campaign started
+    from, holding the best's files, its message the gain, the chain of kept changes, the
+    baseline, the best and the ledger's path. Written with git plumbing: the checkout, the
+    index and every file stay as they are. Refused without a change beyond the baseline and
+    when NAME exists (`--force` moves a result branch). On a campaign whose stop condition is
+    met, which was wrapped up then, it only makes the branch (the checkout stays where you
+    put it); plain `ars campaign finish` repeats the wrap-up.
+
     \b
     Examples:
       ars campaign finish
       ars campaign finish --campaign lr-sweep --json
+      ars campaign finish --branch lr-sweep-result
+      git diff main lr-sweep-result
     """
-    from autoresearch_skills.campaign.finish import wrap_up
-    from autoresearch_skills.errors import BadInput
+    from autoresearch_skills.campaign import resultbranch
+    from autoresearch_skills.campaign.finish import finished, wrap_up
 
+    if force and branch is None:
+        raise BadInput("--force moves a result branch: pass it with --branch NAME")
     campaign = find(ref)
     in_flight = campaign.state.read().experiments
     if in_flight:
@@ -336,14 +355,22 @@ def finish_cmd(ref: str | None, as_json: bool) -> None:
             f"experiments in flight: {listed}: wait for running ones (`ars exp wait`) or cancel them "
             "(`ars exp cancel SLUG --reason ...`); close open ones (`ars exp mark cancelled SLUG --reason ...`); then finish"
         )
+    if branch is not None:
+        resultbranch.check(campaign, branch, force)  # refused before anything is done
+    # the engine wraps a campaign up as its stop condition is met: the branch alone, asked for later
+    over = branch is not None and finished(campaign)
     if campaign.verdict().should_continue and not campaign.paused:
         campaign.pause("finished by hand before its stop condition")  # nothing new starts; hooks let go
-    lines = wrap_up(campaign)
+    lines = [] if over else wrap_up(campaign)
+    made = resultbranch.make(campaign, branch, force) if branch is not None else None
     verdict = campaign.verdict()
     if as_json:
-        click.echo(json.dumps({"done": lines, "verdict": verdict.to_json()}, indent=2))
+        facts: dict[str, Any] = {"done": lines, "verdict": verdict.to_json()}
+        if made is not None:
+            facts["branch"] = made.to_json()
+        click.echo(json.dumps(facts, indent=2))
         return
-    for line in lines:
+    for line in [*lines, *([made.line()] if made else [])]:
         click.echo(line)
     click.echo(verdict.line)
 

@@ -34,7 +34,7 @@ from autoresearch_skills.campaign import llm, seeding
 from autoresearch_skills.campaign.optuna_policy import OptunaPolicy
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.policy_settings import PolicySettings
-from autoresearch_skills.campaign.pool import parse_devices
+from autoresearch_skills.campaign.pool import Pool, parse_devices
 from autoresearch_skills.campaign.proposals import (
     CommandPolicy,
     Rejected,
@@ -75,6 +75,14 @@ def type_problems(data: dict, where: str) -> list[str]:
                 f"{where}: `parallel: {parallel}` runs of `gpus_per_run: {per_run}` need {parallel * per_run} GPUs, "
                 f"but `gpus` holds {len(devices)}"
             )
+    if not problems:  # the accelerator and the cores: what this machine allows
+        try:
+            Pool.from_settings(
+                data.get("parallel"), data.get("gpus"), data.get("gpus_per_run"), data.get("launcher") or "local",
+                data.get("accelerator") or "auto", data.get("cpus_per_run"),
+            )  # fmt: skip
+        except BadInput as err:
+            problems.append(f"{where}: {err.message}")
     return problems
 
 

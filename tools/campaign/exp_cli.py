@@ -18,6 +18,8 @@ from typing import Any
 import click
 
 from autoresearch_skills import knobs, notices, runoutputs
+from autoresearch_skills.accelerators import cores as cpu_cores
+from autoresearch_skills.accelerators.machine import VISIBILITY
 from autoresearch_skills.campaign import experiment, noise, outputs, prediction, scheduler, screening
 from autoresearch_skills.campaign.experiment import select, settled_state
 from autoresearch_skills.campaign.finish import finished, wrap_up
@@ -174,7 +176,10 @@ def _announce(record: Experiment, err: bool = True) -> None:
         return
     run = record.launched
     click.echo(f"running: {record.branch} @ {(record.commit or '')[:8]}", err=err)
-    where = f"slot {facts['slot']}" + (f", CUDA_VISIBLE_DEVICES={facts['gpus']}" if facts["gpus"] else "")
+    visible = [f"{name}={run.env[name]}" for name in VISIBILITY.values() if name in run.env]
+    where = ", ".join(
+        [f"slot {facts['slot']}", *visible, *([cpu_cores.phrase(record.cores)] if record.cores else [])]
+    )
     click.echo(f"where: {where}; {run.launcher} {run.run_id}", err=err)
     click.echo(f"log: {run.log_path}", err=err)
     if record.timeout is not None:  # set at every launch

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import fields
@@ -22,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch_skills import gitflow, knobs, notices, runoutputs
+from autoresearch_skills.accelerators import cores as cpu_cores
+from autoresearch_skills.campaign import checks, keeprule, noise, seeding, workdirs
 from autoresearch_skills.campaign import judge as judging
-from autoresearch_skills.campaign import keeprule, noise, seeding, workdirs
 from autoresearch_skills.campaign import outputs as kept_outputs
 from autoresearch_skills.campaign.finish import close_sessions
-from autoresearch_skills.campaign.pool import Grant
+from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS, Grant
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
 from autoresearch_skills.campaign.state import CampaignState
 from autoresearch_skills.campaign.store import Campaign, frozen_hashes
@@ -170,6 +172,13 @@ def start(
         if s.require_baseline and not skip_baseline_check and not rows:
             raise BadInput(
                 "no baseline result yet: run `ars exp baseline` first (or pass --no-baseline-check)"
+            )
+        failed = checks.baseline_failure(rows) if s.require_baseline and not skip_baseline_check else None
+        if failed is not None:
+            raise BadInput(
+                f"the baseline failed its checks (#{failed.index}: {failed.reason}): fix the checks (`checks:` in "
+                f"{campaign.folder / 'campaign.yaml'}) or the baseline, then `ars exp retry '#{failed.index}'` "
+                "(or pass --no-baseline-check)"
             )
         slug = gitflow.slugify(slug)
         if slug == "baseline":
@@ -677,16 +686,24 @@ def plan_launch(
         log_path   the one a launch cut short holds (state.json said `queued`, with a log), else
                    runs/<launch>-<key>/run.log, or <launch>-<key>.log in the attempt's own log folder
         env        ARS_CAMPAIGN, ARS_EXPERIMENT, ARS_SLOT, PYTHONUNBUFFERED, ARS_OUTPUT_DIR (and its
-                   alias AR_MODEL_DIR: the run's outputs folder, `outputs_of`), the attempt's own, and
-                   CUDA_VISIBLE_DEVICES of its devices when the pool pins them
+                   alias AR_MODEL_DIR: the run's outputs folder, `outputs_of`), the attempt's own, the
+                   vendor's visibility variable of its devices when the pool pins them
+                   (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ZE_AFFINITY_MASK), and the thread counts
+                   (OMP_NUM_THREADS ...) when runs share the cores, unless the environment sets them
+        cores      the CPU cores the supervisor pins the run to (`cpus_per_run:`, or CPU only)
         resources  what a cluster is asked for: partition, mem, cpus, and the GPUs it places the run on
 
-    The slot and devices are the grant's, or those a launch cut short holds."""
+    The slot, devices and cores are the grant's, or those a launch cut short holds. No I/O but the
+    pool's one look at the machine's accelerator (once per process)."""
     s, own = campaign.settings, experiment.own
     given = (s.stop_rules().per_run_timeout, own.timeout, experiment.requested_timeout, remaining)
     limits = [t for t in given if t is not None]
     held = bool(experiment.log_path)
-    slot, devices = (experiment.slot, experiment.devices) if held else (grant.slot, grant.devices)
+    slot, devices, cores = (
+        (experiment.slot, experiment.devices, experiment.cores)
+        if held
+        else (grant.slot, grant.devices, grant.cores)
+    )
     name = f"{launch:03d}-{experiment.key.replace('~', '-')}"
     if experiment.log_path:  # held
         log_path = Path(experiment.log_path)
@@ -706,9 +723,13 @@ def plan_launch(
         **own.env,
     }
     pool = s.pool()
-    if pool.pins_devices:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
-    resources = {k: str(v) for k, v in (("partition", s.partition), ("mem", s.mem), ("cpus", s.cpus)) if v}
+    env.update(pool.device_environment(devices))
+    share = pool.cpu_share()
+    threads = share.threads if share else s.cpus_per_run  # on a cluster: the cores it is asked for
+    if threads:
+        env.update(cpu_cores.thread_environment(threads, {**os.environ, **own.env}))
+    cpus = s.cpus or (s.cpus_per_run if pool.launcher in CLUSTER_LAUNCHERS else None)
+    resources = {k: str(v) for k, v in (("partition", s.partition), ("mem", s.mem), ("cpus", cpus)) if v}
     cluster_gpus = pool.cluster_gpus(own.gpus)  # Slurm or Ray places the run on its GPUs
     if cluster_gpus:
         resources["gpus"] = str(cluster_gpus)
@@ -720,6 +741,7 @@ def plan_launch(
         timeout=min(limits) if limits else DEFAULT_RUN_TIMEOUT,
         name=own.name or f"{s.name}-{experiment.key.replace('~', '-')}",
         resources=resources,
+        cores=tuple(cores),
     )
 
 
@@ -737,12 +759,13 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
         campaign, experiment, grant, launch=state.launches, remaining=verdict.remaining_seconds
     )
     if fresh:
-        experiment.log_path, experiment.slot, experiment.devices = (
+        experiment.log_path, experiment.slot, experiment.devices, experiment.cores = (
             str(spec.log_path),
             grant.slot,
             list(grant.devices),
+            list(grant.cores),
         )
-        campaign.state.save(state)  # slot, devices and log are held before anything starts
+        campaign.state.save(state)  # slot, devices, cores and log are held before anything starts
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
     run_file = state_path_for(spec.log_path)
     # A launcher record without a `running` phase: the process that launched it died before
@@ -865,6 +888,16 @@ def note_warning(campaign: Campaign, key: str, text: str) -> None:
         if experiment is None or text in experiment.warnings:
             return
         experiment.warnings = [*experiment.warnings, text]
+
+
+def note_device_memory(campaign: Campaign, key: str, mib: float) -> None:
+    """A sample of the memory the run's devices hold: kept when it is the highest so far."""
+    with transaction(campaign) as state:
+        experiment = state.experiments.get(key)
+        if experiment is not None and (
+            experiment.peak_device_mib is None or experiment.peak_device_mib < mib
+        ):
+            experiment.peak_device_mib = mib
 
 
 # ---------------------------------------------------------------- recording
@@ -1054,5 +1087,6 @@ def _append_row(
             outputs=outputs,
             knobs=_knobs_set(experiment),
             objectives=json.dumps(result.objectives) if measured and result.objectives else "",
+            cores=cpu_cores.spelled(experiment.cores),
         ),
     )

@@ -7,7 +7,10 @@ column holds. Only rows with the same digest are pooled into a noise estimate or
 each other (see `noise.py`); `diff(a, b)` says in words why two fingerprints differ.
 
 How: the GPU model and count come from `nvidia-smi --query-gpu=name --format=csv,noheader`
-when it is on PATH, else the CPU model from /proc/cpuinfo and the CPU count. torch is never
+when it is on PATH, else from the first other vendor's tool that lists a device (amd-smi or
+rocm-smi, xpu-smi, Apple silicon: accelerators/), else the CPU model from /proc/cpuinfo and the
+CPU count. The model names the vendor ("1x NVIDIA H200", "2x AMD Instinct MI300X"), and an H100
+and an H200 are different hardware: rows measured on them are never ranked together. torch is never
 imported (seconds, and the campaign's Python may not be the run's): its `torch/version.py` is
 found with `importlib.util.find_spec` and read as text. When the training command uses another
 Python, pass it as `python` and that interpreter is asked instead (a few seconds at most).
@@ -153,8 +156,24 @@ def hardware() -> str:
         names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
         if done.returncode == 0 and names:
             return ", ".join(f"{names.count(name)}x {name}" for name in sorted(set(names)))
-        # nvidia-smi without a usable GPU (no driver, no device): the runs use the CPU
-    return f"cpu: {os.cpu_count() or 1}x {cpu_model()}"
+        # nvidia-smi without a usable GPU (no driver, no device): another vendor's, or the CPU
+    other = _other_vendor()
+    return other or f"cpu: {os.cpu_count() or 1}x {cpu_model()}"
+
+
+def _other_vendor() -> str | None:
+    """'<count>x <model>' per model of the first vendor after NVIDIA whose tool lists a device (AMD,
+    Intel, Apple silicon), the vendor named where the model does not say it; None when none does."""
+    from autoresearch_skills.accelerators import machine
+
+    for vendor in machine.VENDORS[1:]:
+        if vendor == "apple" and platform.system() != "Darwin":
+            continue
+        devices, _ = machine.query(vendor)
+        if devices:
+            names = [d.name if machine.NAMES[vendor].split()[0].lower() in d.name.lower() else f"{machine.NAMES[vendor]} {d.name}" for d in devices]  # fmt: skip
+            return ", ".join(f"{names.count(name)}x {name}" for name in sorted(set(names)))
+    return None
 
 
 def cpu_model() -> str:

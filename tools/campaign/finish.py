@@ -48,19 +48,22 @@ def wrap_up(campaign: Campaign) -> list[str]:
     rows = campaign.rows()
     best = noise.best(rows, campaign.settings.direction)
     if best is not None:
-        estimate = noise.estimate(
-            rows, fingerprint=best.fingerprint, seeded=campaign.settings.seed is not None
-        )
-        if best.claim:
-            alone = ""  # screening: the claim is in the line, the verdict below
-        elif estimate.deterministic:
-            alone = f" ({'one run: ' if best.n == 1 else ''}{estimate.deterministic_text})"
-        else:
-            alone = " (one run: no rerun confirmed it)" if best.n == 1 else ""
+        alone = support_text(campaign, rows, best)
         lines.append(f"best: {best.describe(campaign.settings.metric)}{alone} ({how_to_use(campaign, best)})")
         lines += the_result(campaign, rows, best)
     close_subtask(campaign.repo, campaign.verdict().line)
     return lines
+
+
+def support_text(campaign: Campaign, rows: list[Row], best: noise.Best) -> str:
+    """What the best's line adds outside screening (whose claim `describe` already says): that its
+    repeats agree exactly, or that one run and no rerun stand behind it; "" otherwise."""
+    estimate = noise.estimate(rows, fingerprint=best.fingerprint, seeded=campaign.settings.seed is not None)
+    if best.claim:
+        return ""  # screening: the claim is in the line, the verdict below
+    if estimate.deterministic:
+        return f" ({'one run: ' if best.n == 1 else ''}{estimate.deterministic_text})"
+    return " (one run: no rerun confirmed it)" if best.n == 1 else ""
 
 
 def the_result(campaign: Campaign, rows: list[Row], best: noise.Best) -> list[str]:
@@ -149,12 +152,19 @@ def how_to_use(campaign: Campaign, best: noise.Best) -> str:
     """`git checkout REF` to use it; and the command it ran when that command carries knobs of its
     own (`--args`, `policy.args`), which live in the command, not in the files of the branch."""
     checkout = f"`git checkout {checkout_ref(campaign, best)}`"
+    ran = command_of_best(campaign, best)
+    if ran:
+        return f"{checkout}, then run `{ran}`: its command-line knobs are in the command, not in the files"
+    return f"{checkout} to use it"
+
+
+def command_of_best(campaign: Campaign, best: noise.Best) -> str | None:
+    """The command the best ran when it carries knobs of its own (`--args`, `policy.args`), which
+    no file of its commit holds; None when it ran the campaign's command as written."""
     # the commit's first run: a repeat's command carries the seed it was given (`seed:`), no setting
     first = next((r for r in campaign.rows() if r.index == best.key), best.row)
     ran = str(getattr(first, "command", "") or "")
-    if ran and ran != knobs.with_args(campaign.settings.command, {}):
-        return f"{checkout}, then run `{ran}`: its command-line knobs are in the command, not in the files"
-    return f"{checkout} to use it"
+    return ran if ran and ran != knobs.with_args(campaign.settings.command, {}) else None
 
 
 def checkout_ref(campaign: Campaign, best: noise.Best) -> str:

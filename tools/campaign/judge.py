@@ -1,8 +1,11 @@
 """Judging a finished run: its metric (from the log with the preset, or from `metric_source:`),
 its status (noise-aware: campaign/noise.py), and for a run without a metric its cause (data the
 engine decides on) and its reason (words for people), its pace (steps, throughput) against its
-parent's, and its fingerprint, which decides which rows it may be ranked against. Pure reading:
-nothing here writes the ledger or state.json (experiment.py does), so it returns a `Result`."""
+parent's, and its fingerprint, which decides which rows it may be ranked against. A run that gave
+its metric is first put through the campaign's checks (campaign/checks.py, `checks:`): one that
+fails them is a crash (`checks_failed`), never decided as a keep. Nothing here writes the ledger or
+state.json (experiment.py does; the checks write only their checks.log and checks.json), so it
+returns a `Result`."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from statistics import median
 
 from autoresearch_skills import metrics, worktreeinclude
 from autoresearch_skills.atomicfile import write_text_atomic
-from autoresearch_skills.campaign import keeprule, noise
+from autoresearch_skills.campaign import checks, keeprule, noise
 from autoresearch_skills.campaign.fingerprint import Fingerprint, diff, fingerprint
 from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS
 from autoresearch_skills.campaign.record import Experiment, Result
@@ -60,6 +63,9 @@ def judge(campaign: Campaign, experiment: Experiment, run_state: State) -> Resul
         )
     elif value is None:
         status, cause, reason = Status.CRASH, CrashCause.METRIC_MISSING, f"{missing}{_last_error(log_path)}"
+    elif failed := checks.run(s, experiment, value).failure:  # before any keep decision
+        status, cause = Status.CRASH, CrashCause.CHECKS_FAILED
+        reason = f"{s.metric} {metrics.format_value(value)} not kept: {failed}"
     else:
         decision = _decide(campaign, experiment, value)
         status, reason = decision.row_status, decision.reason
@@ -69,12 +75,20 @@ def judge(campaign: Campaign, experiment: Experiment, run_state: State) -> Resul
     if noise_fields.get("flags"):
         flags.insert(0, noise_fields["flags"])
     return Result(
-        status=status, cause=cause, reason=reason, metric_value=value, memory_gb=round(memory[-1].value / 1024, 1) if memory else 0.0,
+        status=status, cause=cause, reason=reason, metric_value=value, memory_gb=_memory_gb(memory, experiment),
         exit_code=run_state.exit_code, state=run_state.name, ended_at=ended_at,
         elapsed_min=round(max(0.0, elapsed) / 60, 2), decision=decided, noise=noise_fields,
         steps=steps, throughput=throughput, throughput_key=throughput_key, flags=flags,
         holdout=holdout_value(s, log_path), objectives=objective_values(s, log_path),
     )  # fmt: skip
+
+
+def _memory_gb(printed: list, experiment: Experiment) -> float:
+    """The run's peak memory in GB: the figure it printed (`peak_vram_mb`), else the most its
+    devices held as the vendor's tool was sampled (campaign/watch.py); 0.0 when neither."""
+    if printed:
+        return round(printed[-1].value / 1024, 1)
+    return round((experiment.peak_device_mib or 0.0) / 1024, 1)
 
 
 def _decide(campaign: Campaign, experiment: Experiment, value: float) -> noise.Decision:

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from autoresearch_skills.accelerators import cores as cpu_cores
 from autoresearch_skills.campaign import experiment, keeprule, noise, scheduler, screening
 from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.proposals import (
@@ -263,7 +264,7 @@ class Loop:
         s = self.campaign.settings
         self.out.event(
             "campaign",
-            f"campaign: {s.name} ({s.metric}, {s.direction}) in {self.campaign.folder}; {self.pool.describe()}",
+            f"campaign: {s.name} ({s.metric}, {s.direction}) in {self.campaign.folder}; {self.pool.describe(probe=True)}",
         )
         self.out.event("watch", s.watch_policy().describe())
         try:
@@ -399,8 +400,10 @@ class Loop:
             return
         if record.phase is Phase.RUNNING:
             run = record.launched
-            where = f"slot {record.slot}" + (
-                f", GPUs {','.join(map(str, record.devices))}" if record.devices else ""
+            where = (
+                f"slot {record.slot}"
+                + (f", GPUs {','.join(map(str, record.devices))}" if record.devices else "")
+                + (f", {cpu_cores.phrase(record.cores)}" if record.cores else "")
             )
             limit = f"{format_duration(record.timeout)} limit" if record.timeout is not None else "no limit"
             self.out.event(
@@ -409,6 +412,7 @@ class Loop:
                 key=key,
                 slot=record.slot,
                 devices=record.devices,
+                cores=record.cores,
                 run_id=run.run_id,
             )
 
@@ -694,14 +698,16 @@ class Loop:
         self.out.event("summary", f"ledger: {self.campaign.ledger}; best so far: {self.best_text()}")
         if self.broken is not None:
             row = self.broken
-            self.out.event(
-                "verdict",
-                f"baseline failed (#{row.index} {row.status.value}: {row.reason or 'no reason recorded'}): nothing "
-                f"else runs on a starting point that does not run; fix it, then `ars exp retry '#{row.index}'` "
-                "and `ars campaign resume`, or start a new campaign",
-                should_continue=False,
-                broken_baseline=True,
+            line = (
+                f"baseline failed its checks (#{row.index}: {row.reason}): nothing else runs on a starting point "
+                f"that fails them; fix the checks (`checks:` in {self.campaign.folder / 'campaign.yaml'}) or the "
+                f"baseline, then `ars exp retry '#{row.index}'` and `ars campaign resume`"
+                if row.cause is CrashCause.CHECKS_FAILED
+                else f"baseline failed (#{row.index} {row.status.value}: {row.reason or 'no reason recorded'}): "
+                "nothing else runs on a starting point that does not run; fix it, then "
+                f"`ars exp retry '#{row.index}'` and `ars campaign resume`, or start a new campaign"
             )
+            self.out.event("verdict", line, should_continue=False, broken_baseline=True)
             return 1
         if self.exhausted and verdict.should_continue and not self.interrupts.requested:
             # the closing line is what agents and scripts read: it must not say "go on" when

@@ -17,6 +17,15 @@ their scheduler for GPUs). On a cluster (Slurm, Ray) the pool bounds concurrent 
 asks for `gpus_per_run` GPUs (sbatch --gpus, Ray's entrypoint_num_gpus); the cluster places it and
 sets CUDA_VISIBLE_DEVICES, never the pool.
 
+Accelerators by vendor (`accelerator:`, accelerators/machine.py): the devices a run holds are
+given in its vendor's variable, CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES (AMD) or ZE_AFFINITY_MASK
+(Intel). Apple silicon has one MPS device that every run shares: a pool of more than one is refused.
+
+CPU cores as slots (accelerators/cores.py): with `cpus_per_run: N`, or by default on a machine
+without accelerators running 2 or more at once, slot k holds the k-th N of the cores this process
+may use, and its run gets N threads (OMP_NUM_THREADS ...). Only where runs start on this machine
+(local, tmux): Slurm pins a job to its --cpus-per-task itself, Ray places it.
+
 The pool holds no state of its own: what is taken is read from the in-flight experiments
 (`slot` and `devices` in state.json), so a resumed process sees exactly what is still held.
 """
@@ -26,6 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from autoresearch_skills.accelerators import cores as cpu_cores
+from autoresearch_skills.accelerators import machine
 from autoresearch_skills.errors import BadInput
 
 CLUSTER_LAUNCHERS = frozenset({"slurm", "ray"})  # they place runs on GPUs themselves
@@ -35,10 +46,35 @@ CLUSTER_LAUNCHERS = frozenset({"slurm", "ray"})  # they place runs on GPUs thems
 class Grant:
     slot: int
     devices: tuple[int, ...]  # empty without a device pool
+    cores: tuple[int, ...] = ()  # the CPU cores the run is pinned to; empty when not pinned
 
     @property
     def visible_devices(self) -> str:
         return ",".join(str(d) for d in self.devices)
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    """How runs share this machine's CPU cores: `per_run` cores each, pinned, with as many threads;
+    `per_run` 0: more runs than cores, not pinned, one thread each."""
+
+    per_run: int
+    usable: tuple[int, ...]  # the cores this process may use
+    why: str  # "cpus_per_run: 2", or "CPU only: ..." for the default
+
+    @property
+    def threads(self) -> int:
+        return self.per_run or 1
+
+    def cores_of(self, slot: int) -> tuple[int, ...]:
+        return cpu_cores.of_slot(slot, self.per_run, self.usable) if self.per_run else ()
+
+    def describe(self) -> str:
+        if not self.per_run:
+            return f"not pinned: more runs than the {len(self.usable)} core(s), 1 thread each ({self.why})"
+        each = "one core" if self.per_run == 1 else f"{self.per_run} cores"
+        threads = f"{self.threads} thread{'s' if self.threads > 1 else ''}"
+        return f"runs pinned {each} each, {threads} ({self.why})"
 
 
 @dataclass(frozen=True)
@@ -47,10 +83,47 @@ class Pool:
     gpus: tuple[int, ...] = ()
     gpus_per_run: int = 0  # 0: runs hold no GPU (CPU slots, or a command that asks for its own)
     launcher: str = "local"
+    accelerator: str = "auto"  # accelerators/machine.CHOICES
+    cpus_per_run: int | None = (
+        None  # None: the default (split on a machine without accelerators at parallel >= 2); 0: off
+    )
 
     @classmethod
     def from_settings(
-        cls, parallel: int | str | None, gpus: object, gpus_per_run: int | str | None, launcher: str = "local"
+        cls,
+        parallel: int | str | None,
+        gpus: object,
+        gpus_per_run: int | str | None,
+        launcher: str = "local",
+        accelerator: str = "auto",
+        cpus_per_run: int | None = None,
+    ) -> Pool:
+        pool = cls._sized(parallel, gpus, gpus_per_run, launcher)
+        pool = Pool(pool.parallel, pool.gpus, pool.gpus_per_run, launcher, accelerator, cpus_per_run)
+        pool._check_machine(gpus)
+        return pool
+
+    def _check_machine(self, gpus: object) -> None:
+        """What the accelerator and the cores allow, said before any run starts."""
+        if self.gpus and self.accelerator == "cpu":
+            raise BadInput(f"gpus {gpus!r} with accelerator: cpu: drop gpus, or name the accelerator")
+        if self.accelerator == "apple" and len(self.gpus) > 1:
+            raise BadInput(
+                f"gpus {gpus!r}: Apple silicon has one MPS device, which every run shares; "
+                "leave gpus unset (parallel runs share it)"
+            )
+        if self.cpus_per_run and self.launcher not in CLUSTER_LAUNCHERS:
+            usable = len(cpu_cores.usable())
+            if self.cpus_per_run * self.parallel > usable:
+                raise BadInput(
+                    f"cpus_per_run {self.cpus_per_run} x parallel {self.parallel} needs "
+                    f"{self.cpus_per_run * self.parallel} cores; runs here may use {usable}: "
+                    f"lower cpus_per_run to {max(1, usable // self.parallel)} or parallel"
+                )
+
+    @classmethod
+    def _sized(
+        cls, parallel: int | str | None, gpus: object, gpus_per_run: int | str | None, launcher: str
     ) -> Pool:
         devices = parse_devices(gpus)
         if gpus_per_run not in (None, ""):
@@ -86,6 +159,29 @@ class Pool:
             return 0
         return own or self.gpus_per_run
 
+    @property
+    def vendor(self) -> str:
+        """The accelerator runs use: the setting, or what `auto` finds here (runs the vendor tools once
+        per process: call it where a run starts, never on a hook's path)."""
+        return machine.resolve(self.accelerator)
+
+    def device_environment(self, devices: tuple[int, ...] | list[int]) -> dict[str, str]:
+        """The vendor's visibility variable for a run holding `devices` ({} when the pool pins none)."""
+        return machine.visible_environment(self.vendor, devices) if self.pins_devices else {}
+
+    def cpu_share(self) -> CpuShare | None:
+        """How runs share the cores (`cpus_per_run:`, or the default on a machine without
+        accelerators at parallel 2 or more); None when they are not split (one run, GPUs, a cluster)."""
+        if self.launcher in CLUSTER_LAUNCHERS or self.cpus_per_run == 0:
+            return None
+        if self.cpus_per_run:
+            return CpuShare(self.cpus_per_run, cpu_cores.usable(), f"cpus_per_run: {self.cpus_per_run}")
+        if self.gpus or self.parallel < 2 or self.vendor != "cpu":
+            return None
+        usable = cpu_cores.usable()
+        why = f"CPU only: {len(usable)} cores for {self.parallel} runs"
+        return CpuShare(len(usable) // self.parallel, usable, why)
+
     def grant(self, taken: list, gpus: int | None = None) -> Grant | None:
         """A free slot (and its devices) given what the runs in flight hold (anything with `slot`
         and `devices`: the in-flight experiments), or None.
@@ -94,26 +190,36 @@ class Pool:
         free = [s for s in range(self.parallel) if s not in used_slots]
         if not free:
             return None
+        share = self.cpu_share()
+        pinned = share.cores_of(free[0]) if share else ()
         if not self.pins_devices:
-            return Grant(free[0], ())
+            return Grant(free[0], (), pinned)
         used = {d for t in taken for d in t.devices or ()}
         available = [d for d in self.gpus if d not in used]
         need = gpus or self.gpus_per_run
         if len(available) < need:
             return None
-        return Grant(free[0], tuple(available[:need]))
+        return Grant(free[0], tuple(available[:need]), pinned)
 
-    def describe(self) -> str:
+    def describe(self, probe: bool = False) -> str:
+        """The pool in one line. `probe`: also what the machine's accelerator makes of it (runs the
+        vendor tools once: where runs are about to start, never in a hook)."""
+        shared = ""
+        if probe and (share := self.cpu_share()):
+            shared = f"; {share.describe()}"
         if self.pins_devices:
+            variable = machine.visibility_variable(self.vendor) if probe else (
+                machine.VISIBILITY.get(self.accelerator, "CUDA_VISIBLE_DEVICES")
+            )  # fmt: skip
             return (
                 f"{self.parallel} slot(s), GPUs {','.join(map(str, self.gpus))}, "
-                f"{self.gpus_per_run} per run (CUDA_VISIBLE_DEVICES)"
+                f"{self.gpus_per_run} per run ({variable}){shared}"
             )
         if self.cluster_gpus() and self.launcher == "ray":
             return f"{self.parallel} concurrent Ray job(s), {self.gpus_per_run} GPU(s) each (entrypoint_num_gpus)"
         if self.cluster_gpus():
             return f"{self.parallel} concurrent Slurm job(s), {self.gpus_per_run} GPU(s) each through sbatch"
-        return f"{self.parallel} slot(s)"
+        return f"{self.parallel} slot(s){shared}"
 
 
 GPU_SPELLINGS = 'a count (4: any four GPUs) or device ids ("0-7", "0,1,2,3", "4," or [4] for device 4 alone)'

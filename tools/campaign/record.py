@@ -150,6 +150,8 @@ class Experiment:
     seed: int | None = None  # the seed this run is given (`seed:` names the knob)
     slot: int | None = None
     devices: list[int] = field(default_factory=list)
+    cores: list[int] = field(default_factory=list)  # the CPU cores the run is pinned to
+    peak_device_mib: float | None = None  # the most its devices held, sampled (campaign/watch.py)
     gpus: int | None = None
     fingerprint: str | None = None
     commit: str | None = None  # what ran

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autoresearch_skills.accelerators.machine import CHOICES as ACCELERATORS
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.campaign.policy_settings import OPTUNA_SAMPLERS, PolicySettings
 from autoresearch_skills.campaign.pool import GPU_SPELLINGS, Pool, parse_gpu_spec
@@ -193,17 +194,18 @@ def paths() -> Kind:
     )
 
 
-def duration() -> Kind:
+def duration(above_zero: bool = False) -> Kind:
     def test(value: Any) -> bool:
         if isinstance(value, bool):
             return False
         try:
-            parse_duration(value)
+            seconds = parse_duration(value)
         except (ValueError, TypeError):
             return False
-        return True
+        return seconds > 0 or not above_zero
 
-    return Kind(test, "a duration such as 90s, 20m or 1h30m", py="str | float")
+    what = "a duration" + (" above zero" if above_zero else "") + " such as 90s, 20m or 1h30m"
+    return Kind(test, what, py="str | float")
 
 
 def command_line() -> Kind:
@@ -300,6 +302,25 @@ def objective_list() -> Kind:
     )  # fmt: skip
 
 
+def command_list() -> Kind:
+    """`checks:`: one command, or a list of them, each a non-empty text; the first bad entry named."""
+
+    def problem(value: Any, label: str = "checks") -> str | None:
+        if not (isinstance(value, list) or (isinstance(value, str) and value.strip())):
+            return f"`{label}` must be a command or a list of commands (got {shown(value)})"
+        if isinstance(value, str):
+            return None
+        for number, entry in enumerate(value, start=1):
+            if not isinstance(entry, str) or not entry.strip():
+                return f"`{label}` entry {number} must be a command (text), got {shown(entry)}"
+        return None
+
+    return Kind(
+        lambda v: problem(v) is None, "a command or a list of commands", form="paths", py="str | list[str]",
+        explain=problem,
+    )  # fmt: skip
+
+
 def policy_queue() -> Kind:
     return Kind(
         lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v),
@@ -369,6 +390,10 @@ class Settings:
     seed: str | None = None                                      # None: repeats run as the commit says
     keep_rule: str | None = None                                 # None: the ledger's, else screening
     objectives: list[dict[str, Any]] = field(default_factory=list)  # [] : one objective, `metric`
+    accelerator: str = "auto"                                    # auto: what `ars doctor` finds
+    cpus_per_run: int | None = None                              # None: split by default on CPU only; 0: off
+    checks: str | list[str] = field(default_factory=list)        # []: a run's metric decides alone
+    checks_timeout: str | float = "10m"                          # each check's own limit
     # fmt: on
 
     @classmethod
@@ -471,7 +496,9 @@ class Settings:
         return list(dict.fromkeys(str(p) for p in listed))
 
     def pool(self) -> Pool:
-        return Pool.from_settings(self.parallel, self.gpus, self.gpus_per_run, self.launcher)
+        return Pool.from_settings(
+            self.parallel, self.gpus, self.gpus_per_run, self.launcher, self.accelerator, self.cpus_per_run
+        )
 
 
 def _declared(typed: type, keys: list[Key]) -> dict[str, Key]:
@@ -554,6 +581,10 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
     Key("seed", text(), "the seed knob (a flag such as --seed, or a config key as `space:` names one): the repeats of one commit run with seeds 1, 2, 3 ... above its own (1, 2, 3 ... for a flag the command does not set), so reruns measure seed-to-seed noise"),
     Key("keep_rule", choice("screening", "noise"), "how a result is kept: screening (one run per idea judged on a shrinkage estimate, then the best and the baseline re-measured at the end) or noise (every lead confirmed by reruns); default: the rule the ledger was started with, screening for a new campaign (references/stop-rules.md)"),
     Key("objectives", objective_list(), "more metrics the run prints besides `metric`, each with its own direction (`[{metric: peak_ms, direction: min}]`, an optional `pattern:` as `holdout_pattern:`): recorded in the ledger, told to the optuna policy's study (multi-objective: NSGA-II unless `sampler: tpe`) and shown as the Pareto front by status, finish and the report; the best stays `metric`'s", where="file"),
+    Key("accelerator", choice(*ACCELERATORS), "which devices `gpus` names and the variable a run gets for them: nvidia (CUDA_VISIBLE_DEVICES), amd (HIP_VISIBLE_DEVICES), intel (ZE_AFFINITY_MASK), apple (one MPS device all runs share), cpu (no device: cores are the slots); auto: the first vendor whose tool lists a device (`ars doctor` says which)"),
+    Key("cpus_per_run", integer(0), "CPU cores each run is pinned to (Linux affinity; local and tmux launchers), with OMP_NUM_THREADS, MKL_NUM_THREADS and OPENBLAS_NUM_THREADS set to it unless the environment sets them; on Slurm, --cpus-per-task when `cpus` is unset. Unset: on a machine without accelerators at parallel 2 or more, the cores are split evenly between the runs; 0: never pinned"),
+    Key("checks", command_list(), "commands run one after another in the experiment's checkout after a run that gave its metric (ARS_OUTPUT_DIR, ARS_CAMPAIGN, ARS_EXPERIMENT, ARS_METRIC set; output in runs/NNN-name/checks.log): one that fails (a non-zero exit, or past `checks_timeout`) turns the result into a crash (cause checks_failed), never kept; the baseline must pass them"),
+    Key("checks_timeout", duration(above_zero=True), "each check's time limit: past it, the check and every process it started are killed, and it has failed"),
 ])
 
 POLICY: dict[str, Key] = _declared(PolicySettings, [

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoresearch_skills import gitflow
+from autoresearch_skills.accelerators import cores as cpu_cores
 from autoresearch_skills.campaign import keeprule, noise, outputs, pareto
 from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.store import Campaign
@@ -111,6 +112,7 @@ def in_flight_facts(experiment: Experiment) -> dict:
         "phase": experiment.phase.value,
         "slot": experiment.slot,
         "gpus": devices,
+        "cores": cpu_cores.spelled(experiment.cores) or None,
         "elapsed": elapsed,
         "limit": format_duration(experiment.timeout) if experiment.timeout else None,
         "run_id": run.run_id if run else None,
@@ -119,6 +121,7 @@ def in_flight_facts(experiment: Experiment) -> dict:
     }
     facts["ended"] = ended_unrecorded(run) if experiment.phase is Phase.RUNNING and run else None
     where = f"slot {experiment.slot}" + (f", GPUs {devices}" if devices else "")
+    where += f", {cpu_cores.phrase(experiment.cores)}" if experiment.cores else ""
     facts["line"] = f"{experiment.key} [{experiment.phase}]" + (
         f" {where}, {elapsed} of {facts['limit']}, {run.launcher} {run.run_id}" if run else ""
     )

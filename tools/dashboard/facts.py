@@ -13,7 +13,8 @@ Its keys are `ars campaign status --json`'s (`status.status_facts`, the same dic
                  parent, its notes and, without a metric, its diagnosis (the report's)
     progress     progress.png's picture as data: the points (a rerun in its commit's column),
                  the means of pooled runs, the best-so-far step line (the report's `Standing`)
-    timeline     timeline.png's as data: each timed run's slot, start and length (`report.spans`)
+    timeline     timeline.png's as data: each timed run's slot, start and length (`report.spans`),
+                 and the span of its checks (campaign/checks.py's checks.json), if it had any
     experiments  `ars campaign tree --json`'s experiments (`lineage.build`), and `best_experiment`
 
 Nothing here decides: the best, the verdict, the noise and the parents come from the functions
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoresearch_skills.campaign import lineage, noise
+from autoresearch_skills.campaign import checks, lineage, noise
 from autoresearch_skills.campaign.status import status_facts
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_iso, now, parse_iso
@@ -48,6 +49,7 @@ class Derived:
     attempts: list[Any]  # report.Attempt, one per row
     notes: dict[int, str] = field(default_factory=dict)  # row index -> its notes column
     columns: Callable[[Row], dict] = lambda row: row.to_dict(holdout=False)  # a reader may cache it
+    checks: Callable[[Row], dict | None] | None = None  # a row's checks; None: `checks_span`, uncached
 
 
 @dataclass
@@ -89,7 +91,7 @@ def campaign_facts(
                 _row(a, derived.columns(a.row), derived.notes.get(a.row.index, "")) for a in derived.attempts
             ],
             "progress": progress(st, s.metric, s.direction),
-            "timeline": timeline(derived.spans, derived.slot_names, len(rows)),
+            "timeline": timeline(derived.spans, derived.slot_names, len(rows), derived.checks),
             "experiments": [node.to_json(tree) for node in tree.roots],
             "best_experiment": tree.owner[best.key] if best else None,
             "updated_at": format_iso(now()),
@@ -189,9 +191,13 @@ def progress(st: Any, metric: str, direction: str) -> dict[str, Any]:
     }
 
 
-def timeline(timed: list[Any], names: dict[int, str], total: int) -> dict[str, Any]:
-    """timeline.png's picture as data (report.timeline_chart draws the same): one bar per timed run."""
+def timeline(
+    timed: list[Any], names: dict[int, str], total: int, checks_of: Callable[[Row], dict | None] | None = None
+) -> dict[str, Any]:
+    """timeline.png's picture as data (report.timeline_chart draws the same): one bar per timed run,
+    with the span of its checks after it when it had some (`checks_of`: its checks.json)."""
     origin = timed[0].start if timed else None
+    checks_of = checks_of or checks_span
     return {
         "origin": origin.isoformat(timespec="seconds") if origin else None,
         "slots": [names[n] for n in sorted(names)],
@@ -203,11 +209,39 @@ def timeline(timed: list[Any], names: dict[int, str], total: int) -> dict[str, A
                 "seconds": s.seconds,
                 "status": str(s.row.status),
                 "name": _name(s.row.branch),
+                "checks": _since(checks_of(s.row), origin),
             }
             for s in timed
         ],
         "untimed": total - len(timed),
     }
+
+
+def checks_span(row: Row) -> dict[str, Any] | None:
+    """When a run's checks started, how long they took, whether they passed, and the failed check's
+    command and exit (campaign/checks.py's checks.json); None for a run without checks. A row is
+    written after its checks end, so what this says of a row never changes (a reader may cache it)."""
+    found = checks.read_record(row.log_path) if row.log_path else None
+    if not found or found.get("passed") is None or not found.get("started_at"):
+        return None
+    try:
+        started, seconds = parse_iso(found["started_at"]), float(found.get("seconds") or 0.0)
+    except (TypeError, ValueError):
+        return None
+    failed = next((c for c in found.get("checks", []) if c.get("exit_code") != 0 or c.get("timed_out")), None)
+    said = None
+    if failed:
+        outcome = "timed out" if failed.get("timed_out") else f"exit {failed.get('exit_code')}"
+        said = f"{failed.get('command', '')}: {outcome}"
+    return {"started": started, "seconds": seconds, "passed": bool(found["passed"]), "failed": said}
+
+
+def _since(span: dict[str, Any] | None, origin: Any) -> dict[str, Any] | None:
+    """A run's checks on the timeline: their start in seconds since `origin`."""
+    if span is None or origin is None:
+        return None
+    start = (span["started"] - origin).total_seconds()
+    return {"start": start, "seconds": span["seconds"], "passed": span["passed"], "failed": span["failed"]}
 
 
 def _name(branch: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 from autoresearch_skills import ledger, metrics, report
 from autoresearch_skills.campaign import lineage
 from autoresearch_skills.campaign.store import Campaign, load
-from autoresearch_skills.dashboard.facts import LOG_LINES, Derived, LogTail, campaign_facts
+from autoresearch_skills.dashboard.facts import LOG_LINES, Derived, LogTail, campaign_facts, checks_span
 from autoresearch_skills.ledger import Row
 
 TAIL_BYTES = 64 * 1024  # enough for 50 lines of any sane log; a 10 GB log costs the same as a small one
@@ -51,6 +51,7 @@ class Reader:
         self.folder = folder
         self._diagnoses: dict[tuple[int, str, str], str] = {}
         self._columns: dict[tuple, dict] = {}
+        self._checks: dict[tuple, dict | None] = {}
         self._ledger: tuple[tuple, list[Row]] = ((), [])
         self._settings: Any = None  # the campaign's settings as last read: which metric a log shows
 
@@ -65,6 +66,7 @@ class Reader:
             if len(self._columns) > 2 * len(rows) + 100:  # rows written again by hand: forget the old ones
                 self._columns.clear()
                 self._diagnoses.clear()
+                self._checks.clear()
         except Exception as err:  # noqa: BLE001 the page shows what is wrong with the folder instead
             return {
                 "name": self.folder.name,
@@ -85,6 +87,13 @@ class Reader:
             self._columns[key] = row.to_dict(holdout=False)
         return self._columns[key]
 
+    def _row_checks(self, row: Row) -> dict | None:
+        """`checks_span`, read once per row: its checks ended before the row was written."""
+        key = (row.index, row.log_path, row.ended_at)
+        if key not in self._checks:
+            self._checks[key] = checks_span(row)
+        return self._checks[key]
+
     def _derive(self, rows: list[Row], settings: Any) -> Derived:
         st = report.standing(rows, settings.direction, seeded=settings.seed is not None)
         timed = report.spans(rows)
@@ -96,6 +105,7 @@ class Reader:
             attempts=self._attempts(rows),
             notes={r.index: report.notes(r, confirmed.get(r.index)) for r in rows},
             columns=self._row_columns,
+            checks=self._row_checks,
         )
 
     def _attempts(self, rows: list[Row]) -> list[report.Attempt]:

@@ -9,6 +9,7 @@ Measured: 2,000 points draw in about 10 ms; the SVG is about 150 bytes a point.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from markupsafe import Markup, escape
@@ -24,6 +25,7 @@ COLOURS: dict[str, str] = {
     Status.CANDIDATE: "#c9a227",
 }  # looked up by the status's text: Status is a str
 OTHER = "#555555"
+CHECKS_PASSED = "#2f6fd0"  # a run's checks after its bar: a colour no status has
 WIDTH, HEIGHT = 900, 360
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 44
 
@@ -127,14 +129,15 @@ def progress_svg(progress: dict[str, Any]) -> Markup:
 
 
 def timeline_svg(timeline: dict[str, Any]) -> Markup:
-    """One row per slot, a bar per run from its start to its end, coloured by status, its index on it."""
+    """One row per slot, a bar per run from its start to its end, coloured by status, its index on it,
+    and its checks (when it had some) as a thin line after it."""
     bars, slots = timeline["bars"], timeline["slots"]
     label = "when each run ran"
     if not bars:
         return _svg(WIDTH, 40, label, ['<text x="10" y="24">no run has start and end times yet</text>'])
     row_h, left = 26, 150
     height = TOP + row_h * len(slots) + BOTTOM
-    span = max(b["start"] + b["seconds"] for b in bars) or 1.0
+    span = max(max(b["start"] + b["seconds"], _checks_end(b)) for b in bars) or 1.0
     unit, scale = ("h", 3600.0) if span > 3 * 3600 else ("min", 60.0) if span > 120 else ("s", 1.0)
     plot_w = WIDTH - left - RIGHT
 
@@ -166,6 +169,8 @@ def timeline_svg(timeline: dict[str, Any]) -> Markup:
             )
             + "</g>"
         )
+        if b.get("checks"):
+            body.append(_checks_segment(b["checks"], px, span / plot_w, y + (row_h - 8) / 2))
     since = f" ({escape(timeline['origin'])})" if timeline["origin"] else ""
     body.append(
         f'<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle">{unit} since the first run started{since}'
@@ -173,6 +178,26 @@ def timeline_svg(timeline: dict[str, Any]) -> Markup:
         + "</text>"
     )
     return _svg(WIDTH, height, label, body)
+
+
+def _checks_end(bar: dict[str, Any]) -> float:
+    checks = bar.get("checks")
+    return checks["start"] + checks["seconds"] if checks else 0.0
+
+
+def _checks_segment(
+    checks: dict[str, Any], px: Callable[[float], float], seconds_per_px: float, middle: float
+) -> str:
+    """A run's checks after its bar: a thin line from their start to their end (3 px at least),
+    blue when they passed, the crash colour when one failed, with their time and verdict."""
+    x, w = px(checks["start"]), max(3.0, checks["seconds"] / seconds_per_px)
+    passed = checks["passed"]
+    said = "passed" if passed else f"failed ({checks['failed']})" if checks.get("failed") else "failed"
+    return (
+        f'<rect class="checks" x="{x:.1f}" y="{middle - 2:.1f}" width="{w:.1f}" height="4" '
+        f'fill="{CHECKS_PASSED if passed else COLOURS[Status.CRASH]}">'
+        f"<title>checks: {checks['seconds']:.{1 if checks['seconds'] < 10 else 0}f} s, {escape(said)}</title></rect>"
+    )
 
 
 def tree_svg(experiments: list[dict[str, Any]], best: int | None) -> Markup:

@@ -45,6 +45,7 @@ class RunSpec:
     grace: float = 10.0
     name: str = "run"  # human name; launchers derive session/job names from it
     resources: dict[str, str] = field(default_factory=dict)  # e.g. {"gpus": "0,1", "mem": "16G"}
+    cores: tuple[int, ...] = ()  # CPU cores to pin the run to (local, tmux: the supervisor); () unpinned
 
 
 def shell_exit_code(returncode: int) -> int:
@@ -91,6 +92,7 @@ class Run:
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the caller's environment
     grace: float = 10.0
+    cores: list[int] = field(default_factory=list)  # CPU cores the supervisor pins the run to
     state: str = "pending"  # last recorded state; final once in FINISHED
     exit_code: int | None = None
     detail: str = ""

@@ -197,6 +197,7 @@ def prepare_run(spec: RunSpec, launcher: str, run_id: str) -> Run:
         cwd=str(Path(spec.cwd or ".").expanduser().resolve()),
         env={str(k): str(v) for k, v in spec.env.items()},
         grace=spec.grace,
+        cores=list(spec.cores),
     )
 
 

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from autoresearch_skills.accelerators import cores as cpu_cores
 from autoresearch_skills.clock import format_duration, now_iso
 from autoresearch_skills.launch.base import ENV_FILE_SUFFIX, LOG_REFUSED, Run, State, shell_exit_code
 from autoresearch_skills.launch.proctree import children, kill_tree, start_time
@@ -129,6 +130,10 @@ class Supervisor:
         if self.echo:
             self.echo_file = open(run.log_path, "rb")  # noqa: SIM115 (read along for the whole run)
             self._pane(f"[ars] {run.name}: {run.command}\n[ars] log: {run.log_path}\n")
+        if run.cores:  # the command and all it starts inherit the supervisor's affinity
+            refused = cpu_cores.pin(run.cores)
+            if refused and cpu_cores.CAN_PIN:
+                self._note(f"{refused}: the run is not pinned")
         try:
             proc = subprocess.Popen(
                 run.argv,
