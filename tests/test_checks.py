@@ -206,3 +206,15 @@ def test_validate_refuses_a_checks_timeout_of_zero(repo: Path):
     assert done.stderr == (
         "campaign.yaml: `checks_timeout` must be a duration above zero such as 90s, 20m or 1h30m (got '0s')\n"
     )
+
+
+def test_validate_shows_the_checks_and_refuses_one_whose_program_is_missing(repo: Path):
+    write_campaign(repo, ["grep -q LR train.py", f"{sys.executable} -c pass"], [])
+    done = ars(repo, "campaign", "validate", "campaign.yaml")
+    assert (
+        f"checks: 2 after each run that gives its metric (grep -q LR train.py; {sys.executable} -c pass)"
+        in done.stdout
+    )
+    write_campaign(repo, ["no-such-checker --all"], [])
+    done = ars(repo, "campaign", "validate", "campaign.yaml", code=2)
+    assert "checks entry 1" in done.stderr and "no-such-checker" in done.stderr

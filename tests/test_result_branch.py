@@ -24,7 +24,7 @@ WIDER = {"slug": "wider", "description": "WIDTH 64 -> 96", "set": {"WIDTH": 96}}
 LOWER_LR = {"slug": "lower-lr", "description": "LR -> 0.005", "set": {"LR": 0.005}}  # worse: discarded
 
 
-def run_campaign(tmp_path: Path, queue: list[dict], stop: str, code: int) -> Path:
+def run_campaign(tmp_path: Path, queue: list[dict], stop: str, code: int, **extra) -> Path:
     """A repository and a campaign `lr-sweep` the loop ran through `queue` until `stop`."""
     files = {"train.py": TRAIN, "program.md": "Lower val_bpb.\n", ".gitignore": "checkpoints/\n"}
     repo = make_repo(tmp_path / "project", files)
@@ -40,10 +40,14 @@ def run_campaign(tmp_path: Path, queue: list[dict], stop: str, code: int) -> Pat
         "prefix": "autoresearch/t-result",
         "baseline_repeats": 1,
         "policy": {"kind": "queue", "mutable": ["train.py"], "queue": queue},
+        **extra,
     }
     (repo / "campaign.yaml").write_text(yaml.safe_dump(config))
-    ars(repo, "campaign", "run", "campaign.yaml", code=code)
+    LAST_OUTPUT[:] = [ars(repo, "campaign", "run", "campaign.yaml", code=code).stdout]
     return repo
+
+
+LAST_OUTPUT = [""]  # what the last campaign run printed
 
 
 def rows(repo: Path) -> list[ledger.Row]:
@@ -156,3 +160,17 @@ def test_branch_on_a_campaign_not_yet_over_finishes_it_too(tmp_path: Path):
     assert (repo / "reports/auto_research/lr-sweep/paused").exists()
     assert git(repo, "diff", rows(repo)[1].commit, "lr-result") == ""
     assert git(repo, "rev-parse", "lr-result^") == rows(repo)[0].parent_commit
+
+
+def test_the_loop_makes_the_result_branch_the_campaign_asks_for(tmp_path):
+    repo = run_campaign(tmp_path, [HIGHER_LR, WIDER], "3 experiments", 0, result_branch="night-result")
+    assert "result branch: night-result @ " in LAST_OUTPUT[0], LAST_OUTPUT[0]
+    best = next(r for r in rows(repo) if r.branch.endswith("/wider"))
+    assert git(repo, "rev-parse", "night-result^") == rows(repo)[0].parent_commit  # one commit on the start
+    assert git(repo, "diff", best.commit, "night-result") == ""  # the best's tree
+
+
+def test_a_loop_with_nothing_better_than_the_baseline_says_there_is_no_result_branch(tmp_path):
+    repo = run_campaign(tmp_path, [LOWER_LR], "2 experiments", 0, result_branch="night-result")
+    assert "result branch: none (" in LAST_OUTPUT[0]
+    assert not git(repo, "branch", "--list", "night-result")

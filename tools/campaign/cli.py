@@ -408,6 +408,8 @@ def validate_cmd(campaign_file: Path, as_json: bool) -> None:
         click.echo(json.dumps(result.to_json(), indent=2))
     elif result.ok:
         click.echo(f"ok: {campaign_file} ({len(result.checked)} checks)")
+        for line in result.shown:
+            click.echo(line)
     for warning in [] if as_json else result.warnings:
         click.echo(f"warning: {warning}", err=True)
     for problem in [] if as_json else result.problems:

@@ -120,6 +120,7 @@ class Validation:
     checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # not wrong, but likely to cost a run
+    shown: list[str] = field(default_factory=list)  # `key: value` lines worth a person's eye (the checks)
 
     @property
     def ok(self) -> bool:
@@ -133,6 +134,7 @@ class Validation:
             "checked": self.checked,
             "problems": self.problems,
             "warnings": self.warnings,
+            "shown": self.shown,
         }
 
 
@@ -182,6 +184,7 @@ def validation_of(data: dict, cwd: Path, result: Validation, needs_policy: bool 
         _check_metric_printed(data, repo, where, result)
         _check_worktree_data(data, repo, where, result)
         _check_seed(data, repo, where, result)
+        _check_checks(data, repo, where, result)
     _check_launcher(data, where, result)
     _check_metric_source(data, where, result)
     _check_watch(data, where, result)
@@ -435,6 +438,19 @@ def _patch_out_of_bounds(repo: Path, patch: str, mutable: list[str], frozen: lis
 
 
 # ---------------------------------------------------------------- command and launcher
+
+
+def _check_checks(data: dict, repo: Path, where: str, result: Validation) -> None:
+    """`checks:`: each command's programs found like the command's; shown in one line."""
+    given = data.get("checks")
+    if not given or not SETTINGS["checks"].kind.test(given):
+        return  # none, or reported as a type problem
+    commands = [given] if isinstance(given, str) else list(given)
+    for number, command in enumerate(commands, 1):
+        _check_command(command, repo, f"{where}: checks entry {number}", result)
+    result.shown.append(
+        f"checks: {len(commands)} after each run that gives its metric ({'; '.join(commands)})"
+    )
 
 
 def _check_command(command: str | list[str], repo: Path, label: str, result: Validation) -> None:

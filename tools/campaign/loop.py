@@ -681,6 +681,15 @@ class Loop:
         best = noise.best(self.campaign.rows(), self.campaign.settings.direction)
         return f"{best.metric_value:.4f} ({Path(best.branch).name})" if best else "-"
 
+    def result_branch(self, name: str) -> str:
+        """`result_branch:` made at the end: its line, or why there is none (never fails the end)."""
+        from autoresearch_skills.campaign import resultbranch
+
+        try:
+            return resultbranch.make(self.campaign, name).line()
+        except BadInput as err:
+            return f"result branch: none ({err.message})"
+
     def finish(self) -> int:
         from autoresearch_skills.campaign.finish import wrap_up
 
@@ -695,6 +704,8 @@ class Loop:
         else:
             for line in wrap_up(self.campaign):
                 self.out.event("finish", line)
+            if self.campaign.settings.result_branch and not verdict.should_continue and self.broken is None:
+                self.out.event("finish", self.result_branch(self.campaign.settings.result_branch))
         self.out.event("summary", f"ledger: {self.campaign.ledger}; best so far: {self.best_text()}")
         if self.broken is not None:
             row = self.broken

@@ -394,6 +394,7 @@ class Settings:
     cpus_per_run: int | None = None                              # None: split by default on CPU only; 0: off
     checks: str | list[str] = field(default_factory=list)        # []: a run's metric decides alone
     checks_timeout: str | float = "10m"                          # each check's own limit
+    result_branch: str | None = None                             # None: no result branch at the end
     # fmt: on
 
     @classmethod
@@ -585,6 +586,7 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
     Key("cpus_per_run", integer(0), "CPU cores each run is pinned to (Linux affinity; local and tmux launchers), with OMP_NUM_THREADS, MKL_NUM_THREADS and OPENBLAS_NUM_THREADS set to it unless the environment sets them; on Slurm, --cpus-per-task when `cpus` is unset. Unset: on a machine without accelerators at parallel 2 or more, the cores are split evenly between the runs; 0: never pinned"),
     Key("checks", command_list(), "commands run one after another in the experiment's checkout after a run that gave its metric (ARS_OUTPUT_DIR, ARS_CAMPAIGN, ARS_EXPERIMENT, ARS_METRIC set; output in runs/NNN-name/checks.log): one that fails (a non-zero exit, or past `checks_timeout`) turns the result into a crash (cause checks_failed), never kept; the baseline must pass them"),
     Key("checks_timeout", duration(above_zero=True), "each check's time limit: past it, the check and every process it started are killed, and it has failed"),
+    Key("result_branch", text(), "a branch the unattended loop makes when the campaign ends (as `ars campaign finish --branch NAME` does): the best's change as one commit on the commit the campaign started from, its message the chain of kept changes and the evidence; none when nothing beat the baseline"),
 ])
 
 POLICY: dict[str, Key] = _declared(PolicySettings, [
