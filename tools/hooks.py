@@ -331,10 +331,10 @@ def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
 
 
 def _owed_rerun(campaign):
-    """The rerun the keep rule owes (`experiment.owed_rerun`). The experiment lifecycle loads the
-    whole run machinery (~100 ms), so only the answers that need it pay for it: none while an
-    experiment is in flight or before the first row."""
-    from autoresearch_skills.campaign.experiment import owed_rerun
+    """The rerun the keep rule owes (`campaign/owed.py`: the rules and the campaign's facts, never
+    the run machinery), asked only where the answer needs it: not while an experiment is in flight
+    or before the first row."""
+    from autoresearch_skills.campaign.owed import owed_rerun
 
     return owed_rerun(campaign)
 

@@ -24,10 +24,11 @@ from typing import Any
 
 from autoresearch_skills import gitflow, knobs, notices, runoutputs
 from autoresearch_skills.accelerators import cores as cpu_cores
-from autoresearch_skills.campaign import checks, keeprule, noise, seeding, workdirs
+from autoresearch_skills.campaign import checks, noise, owed, seeding, workdirs
 from autoresearch_skills.campaign import judge as judging
 from autoresearch_skills.campaign import outputs as kept_outputs
 from autoresearch_skills.campaign.finish import close_sessions
+from autoresearch_skills.campaign.owed import next_rerun, owed_rerun  # noqa: F401 (their old home)
 from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS, Grant
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
 from autoresearch_skills.campaign.state import CampaignState
@@ -39,7 +40,7 @@ from autoresearch_skills.launch.base import Launcher, Run, RunSpec, State, state
 from autoresearch_skills.ledger import Row
 from autoresearch_skills.outcome import CrashCause, Status
 from autoresearch_skills.session_record import note_event
-from autoresearch_skills.stoprule import FINISH_TIME, Verdict
+from autoresearch_skills.stoprule import Verdict
 
 DEFAULT_RUN_TIMEOUT = 24 * 3600.0  # when neither the campaign nor the call sets one
 FIELDS = {f.name for f in fields(Experiment)}
@@ -345,74 +346,6 @@ def best(campaign: Campaign, rows: list[Row] | None = None) -> noise.Best | None
     return noise.best(rows, campaign.settings.direction)
 
 
-def _noise_action(
-    campaign: Campaign, rows: list[Row], state: CampaignState, asking: str | None = None
-) -> noise.Action | None:
-    """The keep rule's next rerun among the rows of the latest fingerprint, or None: the noise
-    rule's (a candidate's confirmation, the best's runs), or screening's (the baseline's repeats,
-    then the finish once no new idea may start and none is in flight). `asking`: the rerun about
-    to launch, which asks whether it is owed, so it is not counted as made."""
-    s = campaign.settings
-    if keeprule.rule(s, rows) == keeprule.SCREENING:
-        ideas = sum(1 for e in state.launched if not e.is_rerun)
-        pending = [
-            e.rerun_of for e in state.experiments.values() if e.rerun_of is not None and e.key != asking
-        ]
-        verdict = campaign.verdict(state=state)
-        return keeprule.owed(s, rows, ideas_open=verdict.may_start(), ideas_in_flight=ideas, pending=pending)
-    return noise.next_action(
-        rows, s.direction, fingerprint=noise.latest_fingerprint(rows), policy=s.noise_policy(),
-    )  # fmt: skip
-
-
-# Stop triggers that leave time for the reruns the keep rule still owes: a count was reached, or
-# only the finish's time is left before the deadline (screening), not the deadline itself or the
-# GPU budget. Reruns are not counted among the user's experiments.
-END_RERUN_TRIGGERS = ("max_experiments", "patience", "target", FINISH_TIME)
-
-
-def owed_rerun(campaign: Campaign, state: CampaignState | None = None) -> noise.Action | None:
-    """The rerun owed now: while new runs may start, the noise rule's next one; once the stop
-    condition is met by a count, still the ones it owes while the time left fits a run, so a
-    campaign never ends on a best that rests on one draw. None when nothing is owed or paused."""
-    state = campaign.state.read() if state is None else state
-    if campaign.paused:
-        return None
-    verdict = campaign.verdict(state=state)
-    if not verdict.may_start() and not _time_for_one_more(verdict, campaign):
-        return None
-    return next_rerun(campaign, state=state)
-
-
-def _time_for_one_more(verdict: Verdict, campaign: Campaign) -> bool:
-    """Whether a rerun still fits before the deadline: one of the per-run limit (the noise rule),
-    or of a typical run (screening's finish, whose time was kept for it)."""
-    if verdict.should_continue or verdict.trigger not in END_RERUN_TRIGGERS:
-        return False
-    left, limit = verdict.remaining_seconds, verdict.per_run_timeout
-    rows = campaign.rows()
-    if keeprule.rule(campaign.settings, rows) == keeprule.SCREENING:
-        limit = keeprule.typical_run_seconds(rows, limit)
-    return left is None or (left > 0 and (limit is None or left >= limit))
-
-
-def next_rerun(
-    campaign: Campaign, rows: list[Row] | None = None, state: CampaignState | None = None
-) -> noise.Action | None:
-    """The rerun the noise rule asks for before the next new experiment (a candidate's
-    confirmation, or another run of the best), unless one for that commit is already in flight."""
-    state = campaign.state.read() if state is None else state
-    rows = campaign.rows() if rows is None else rows
-    action = _noise_action(campaign, rows, state)
-    if action is None:
-        return None
-    if keeprule.rule(campaign.settings, rows) == keeprule.SCREENING:
-        return action  # the reruns in flight were counted as made: this one is the next
-    if any(e.rerun_of == action.rerun_of for e in state.experiments.values()):
-        return None
-    return action
-
-
 def resolve_parent(campaign: Campaign, parent: str, rows: list) -> str:
     s = campaign.settings
     if parent == "best":
@@ -632,9 +565,9 @@ def _refuse_repeat(campaign: Campaign, experiment: Experiment) -> None:
 
 def _owed_at_end(campaign: Campaign, state: CampaignState, experiment: Experiment, verdict: Verdict) -> bool:
     """A rerun the noise rule still owes after a count stopped the campaign may run."""
-    if not experiment.is_rerun or not _time_for_one_more(verdict, campaign):
+    if not experiment.is_rerun or not owed.time_for_one_more(verdict, campaign):
         return False
-    action = _noise_action(campaign, campaign.rows(), state, asking=experiment.key)
+    action = owed.noise_action(campaign, campaign.rows(), state, asking=experiment.key)
     return action is not None and action.rerun_of == experiment.rerun_of
 
 
