@@ -41,7 +41,6 @@ from autoresearch_skills.campaign.pool import GPU_SPELLINGS, Pool, parse_gpu_spe
 from autoresearch_skills.clock import parse_duration
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch import LAUNCHERS
-from autoresearch_skills.metrics import compile_pattern
 
 if TYPE_CHECKING:  # loaded when a campaign has these sections: a hook that loads a campaign stays fast
     from autoresearch_skills.campaign.noise import Policy as NoisePolicy
@@ -271,6 +270,8 @@ def _pattern_problem(value: Any, label: str) -> str | None:
     """Why `value` cannot read a value from a log (metrics.py's rule), or None."""
     if not isinstance(value, str) or not value.strip():
         return f"{label} must be a regex with one capture group around the value (got {shown(value)})"
+    from autoresearch_skills.metrics import compile_pattern  # loaded only when a pattern is given
+
     try:
         compile_pattern(value, what=label)
     except BadInput as err:
