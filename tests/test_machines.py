@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -86,6 +87,20 @@ def test_parallel_two_on_a_cpu_only_machine_pins_each_run_to_its_own_cores_with_
     threads = f"{each} thread{'s' if each > 1 else ''}"
     assert f"runs pinned {share} each, {threads} (CPU only: {len(usable)} cores for 2 runs)" in shown
     assert f"on slot 0, {cpu_cores.phrase(usable[:each])}" in shown  # each launch line names its cores
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_runs_in_tmux_sessions_are_pinned_too(repo, server):
+    # PATH keeps tmux's folder: the tmux launcher starts each run's session there
+    env = {"PATH": f"{Path(shutil.which('tmux') or '/usr/bin/tmux').parent}:/usr/bin:/bin"}
+    usable = cpu_cores.usable()
+    if len(usable) < 2:
+        pytest.skip("one usable core: nothing to split")
+    rows = run_campaign(repo, env=env, parallel=2, launcher="tmux", tmux_socket=server.name)
+    for row in rows:
+        assert len(seen(row)["cores"]) == len(usable) // 2 and row.cores == cpu_cores.spelled(
+            seen(row)["cores"]
+        )
 
 
 def test_thread_counts_the_user_set_are_left_as_they_are(repo):
