@@ -386,3 +386,21 @@ def test_ars_campaign_validate_names_each_wrapped_program_that_is_missing(repo: 
     assert result.stderr.splitlines() == [
         f"campaign.yaml: command: `nowhere-{n}` is not on PATH" for n in range(len(PROGRAM_WRAPPERS))
     ]
+
+
+def test_the_toolkits_own_ignored_folders_are_never_named_for_worktreeinclude(tmp_path):
+    files = {"train.py": "print('val_bpb: 1.0')\n", ".gitignore": "session/\ndata/\n"}
+    repo = make_repo(tmp_path / "project", files)
+    (repo / "session").mkdir()
+    (repo / "session" / "record.md").write_text("# the session record\n")  # `ars memory start` writes here
+    config = {
+        "name": "own", "metric": "val_bpb", "direction": "min", "command": "python train.py",
+        "stop": "2 experiments", "parallel": 2,
+        "policy": {"kind": "queue", "mutable": ["train.py"], "queue": []},
+    }  # fmt: skip
+    (repo / "campaign.yaml").write_text(json.dumps(config))  # JSON is YAML
+    assert "ignored files" not in ars(repo, "campaign", "validate", "campaign.yaml").stderr
+    (repo / "data").mkdir()
+    (repo / "data" / "train.bin").write_bytes(b"\0")  # prepared data a run needs: still named
+    warned = ars(repo, "campaign", "validate", "campaign.yaml").stderr
+    assert "ignored files (data/" in warned and "session" not in warned

@@ -276,7 +276,7 @@ def test_attempts_name_reruns_retries_and_flags(noisy_campaign):
     assert "| # | status | val_bpb | Δ vs parent | elapsed | notes | description | branch |" in table
     assert "| 2 | keep | 1.020000 | - | 0.0m | rerun of #1 | baseline |" in table
     assert "| 4 | discard | 0.990000 | -0.020000 | 0.0m | candidate; confirmed by #5 | lr idea |" in table
-    assert "| 9 | keep | 0.960000 | -0.025000 | 0.0m | retries #8; not comparable: steps 408 vs 682 for its parent #5 (-40%) |" in table  # fmt: skip
+    assert "| 9 | keep | 0.960000 | -0.027500 | 0.0m | retries #8; not comparable: steps 408 vs 682 for its parent #5 (-40%) |" in table  # fmt: skip
     assert f"| 1 | keep | 1.000000 | - | 0.0m | {NOT_COMPARABLE_HW} |" in table
     assert "\n| 0 |" not in table  # another fingerprint: listed apart
 
@@ -295,9 +295,9 @@ def test_predictions_are_tallied_by_sign_against_the_parent_row(noisy_campaign):
     predicted = section(md, "Predictions")
     assert "The predicted sign was right 2 of 3 times (67%). 1 not judged" in predicted
     assert "| 4 | `lr` (confirmed by #5) | val_bpb -0.01 | -0.020000 vs #3 | right |" in predicted
-    assert "| 6 | `wide` | val_bpb -0.02 | +0.010000 vs #5 | wrong |" in predicted
+    assert "| 6 | `wide` | val_bpb -0.02 | +0.007500 vs #5 | wrong |" in predicted
     assert "| 8 | `deep` | -1% | - (crash) | - |" in predicted
-    assert "| 11 | `tiny` | val_bpb +0.05 | +0.230000 vs #10 | right |" in predicted
+    assert "| 11 | `tiny` | val_bpb +0.05 | +0.235000 vs #10 | right |" in predicted
 
 
 def test_a_candidate_awaiting_its_rerun_is_not_in_the_chain(noisy_campaign):
@@ -436,15 +436,15 @@ def test_report_of_a_campaign_run_through_ars(tmp_path: Path):
         "1.010000 (mean of 2 runs: #2, #3)"
     ) in chain
     table = section(md, "All attempts")
-    assert re.search(r"\| 2 \| discard \| 0\.990000 \| -0\.030000 \| [^|]+ \| candidate \| idea 1 \|", table)
+    assert re.search(r"\| 2 \| discard \| 0\.990000 \| -0\.020000 \| [^|]+ \| candidate \| idea 1 \|", table)
     assert re.search(
-        r"\| 3 \| discard \| 1\.030000 \| \+0\.010000 \| [^|]+ \| rerun of #2 \| idea 1 \|", table
+        r"\| 3 \| discard \| 1\.030000 \| \+0\.020000 \| [^|]+ \| rerun of #2 \| idea 1 \|", table
     )
     predicted = section(md, "Predictions")
     assert "The predicted sign was right 2 of 2 times (100%)." in predicted
-    assert "| 2 | `near` | val_bpb -0.01 | -0.030000 vs #1 | right |" in predicted
+    assert "| 2 | `near` | val_bpb -0.01 | -0.020000 vs #1 | right |" in predicted
     far = "`far` (confirmed by #5)" if confirmed else "`far`"
-    assert f"| 4 | {far} | val_bpb -2% | -11.76% vs #1 | right |" in predicted
+    assert f"| 4 | {far} | val_bpb -2% | -10.89% vs #1 | right |" in predicted
 
 
 def test_the_trace_shows_the_proposal_model_calls_beside_the_runs(parallel_campaign, tmp_path: Path):

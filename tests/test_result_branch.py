@@ -93,7 +93,7 @@ def test_result_branch_is_one_commit_on_the_start_and_the_checkout_stays_as_it_w
     assert git(repo, "diff", start, "lr-result") == git(repo, "diff", start, best) != ""
     assert git(repo, "diff", best, "lr-result") == ""
     message = git(repo, "log", "-1", "--format=%B", "lr-result").splitlines()
-    assert message[0] == "lr-sweep: val_bpb 1.232 -> 1.100 (-10.7%)"
+    assert message[0] == "lr-sweep: val_bpb 1.232 -> 1.100 (-10.7%, one run)"  # nothing repeated the best
     chain = [line.strip() for line in message if line.startswith("  #")]
     assert chain == [
         "#0 baseline: val_bpb 1.232000 (1 run: #0)",
@@ -174,3 +174,29 @@ def test_a_loop_with_nothing_better_than_the_baseline_says_there_is_no_result_br
     repo = run_campaign(tmp_path, [LOWER_LR], "2 experiments", 0, result_branch="night-result")
     assert "result branch: none (" in LAST_OUTPUT[0]
     assert not git(repo, "branch", "--list", "night-result")
+
+
+def test_a_best_that_changed_only_command_line_knobs_says_no_file_differs(tmp_path):
+    files = {"train.py": ARGS_TRAIN, "program.md": "Lower val_bpb.\n"}
+    repo = make_repo(tmp_path / "project", files)
+    config = {
+        "name": "flags", "metric": "val_bpb", "direction": "min", "command": f"{sys.executable} train.py",
+        "launcher": "local", "keep_rule": "noise", "stop": "3 experiments", "prefix": "autoresearch/t-flags",
+        "baseline_repeats": 1,
+        "policy": {"kind": "grid", "mutable": ["train.py"], "args": {"--lr": [0.02, 0.03]}},
+    }  # fmt: skip
+    (repo / "campaign.yaml").write_text(yaml.safe_dump(config))
+    ars(repo, "campaign", "run", "campaign.yaml")
+    done = ars(repo, "campaign", "finish", "--branch", "flags-result")
+    assert "no file differs from the start: the best's change is its command-line knobs" in done.stdout
+    assert git(repo, "diff", "main", "flags-result") == ""  # honest: the files are the start's
+    assert "--lr 0.03" in git(repo, "log", "-1", "--format=%B", "flags-result")  # the change, in the message
+
+
+ARGS_TRAIN = """\
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, default=0.01)
+lr = parser.parse_args().lr
+print(f"val_bpb: {abs(lr - 0.03) * 10 + 1:.6f}")
+"""

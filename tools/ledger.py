@@ -65,15 +65,26 @@ EXTRA_COLUMNS = (
     "knobs",         # the knob values the attempt set, as JSON ({"LR": 0.02, "--seed": 3}); "" when unknown
     "objectives",    # the `objectives:` metrics the run printed, as JSON ({"peak_ms": 212.5}); "" when none
     "cores",         # the CPU cores the run was pinned to ("0-1", "2"); "" when it was not pinned
+    "confirms",      # index of the row whose result this run measures at a larger scale (`confirm:`): never decides
 )  # fmt: skip
 COLUMNS = (*BASE_COLUMNS, *EXTRA_COLUMNS)
-# The headers of ledgers written before `cores`, before `objectives`, before `seed`, `holdout` and `outputs`, and
-# before `cause`, `reason` and `mode`: read and appended to as they are.
+# The headers of ledgers written before `confirms`, before `cores`, before `objectives`, before `seed`, `holdout`
+# and `outputs`, and before `cause`, `reason` and `mode`: read and appended to as they are.
+BEFORE_CONFIRMS = COLUMNS[: COLUMNS.index("confirms")]
 BEFORE_CORES = COLUMNS[: COLUMNS.index("cores")]
 BEFORE_OBJECTIVES = COLUMNS[: COLUMNS.index("objectives")]
 BEFORE_SEED = COLUMNS[: COLUMNS.index("seed")]
 BEFORE_CAUSE = COLUMNS[: COLUMNS.index("cause")]
-HEADERS = (COLUMNS, BEFORE_CORES, BEFORE_OBJECTIVES, BEFORE_SEED, BEFORE_CAUSE, BASE_COLUMNS, NEMO_RL_COLUMNS)
+HEADERS = (
+    COLUMNS,
+    BEFORE_CONFIRMS,
+    BEFORE_CORES,
+    BEFORE_OBJECTIVES,
+    BEFORE_SEED,
+    BEFORE_CAUSE,
+    BASE_COLUMNS,
+    NEMO_RL_COLUMNS,
+)
 STATUSES = tuple(s.value for s in ROW_STATUSES)
 CAUSES = tuple(c.value for c in CrashCause)
 BASELINE = "baseline"  # the slug, and the branch's last part, of a campaign's first experiment
@@ -124,6 +135,7 @@ class Row:
     knobs: str = ""
     objectives: str = ""
     cores: str = ""
+    confirms: str = ""
 
     def __post_init__(self) -> None:
         self._type()
@@ -144,8 +156,17 @@ class Row:
 
     def text(self) -> str:
         """The row as people read it (and as older ledgers held the description): a rerun's starts
-        `rerun of #1: `, a row with a reason ends ` [status: reason]`."""
+        `rerun of #1: `, a confirmation run's `confirms #1 at scale: `, a row with a reason ends
+        ` [status: reason]`."""
+        if self.confirms:
+            return f"{_confirms_said(self.confirms)}{self.with_reason()}"
         return f"rerun of #{self.rerun_of}: {self.with_reason()}" if self.rerun_of else self.with_reason()
+
+    @property
+    def is_confirmation(self) -> bool:
+        """A run at a larger scale (`confirm:`) of the result of row `confirms`: shown beside that
+        result, never part of a decision (`noise.deciding`)."""
+        return bool(self.confirms)
 
     @property
     def is_baseline(self) -> bool:
@@ -197,6 +218,8 @@ class Row:
         }
         if "reason" not in columns:
             values["description"] = self.text()
+        elif "confirms" not in columns and self.confirms:  # read back by `read_older_row`
+            values["description"] = f"{_confirms_said(self.confirms)}{self.description}"
         return "\t".join(escape(values[c]) for c in columns) + "\n"
 
     def to_dict(self, holdout: bool = True) -> dict:
@@ -275,6 +298,7 @@ def make_row(values: dict, where: str = "row") -> Row:
 # (`rerun of #1: LR 0.02 [crash: exit code 1; ValueError: ...]`, `[hybrid: diffs after 4 runs ...]`),
 # and the causes their reasons' opening words name. Read by `read_older_row` alone.
 _OLDER_KNOBS = re.compile(r"set (?P<pairs>[^\s=,:]+=[^\s,]+(?:, [^\s=,:]+=[^\s,]+)*)(?::|$)")
+_CONFIRMS_SAID = re.compile(r"confirms #(?P<index>\d+) at scale: ")
 _OLDER_MODES = (("[hybrid: diffs after ", Mode.DIFF), ("[hybrid: parameters again after ", Mode.PARAMETERS))
 _OLDER_CAUSES = (
     ("the campaign deadline came", CrashCause.DEADLINE),
@@ -300,12 +324,16 @@ _OLDER_CAUSES = (
 
 def read_older_row(row: Row) -> Row:
     """A row as this release writes it, from a row an older release wrote (or one appended to a
-    ledger that keeps an older header): the reason, the hybrid mode and the rerun it said in its
-    description are read out, and the cause is derived from that reason. The one place that reads
-    a description; each column is derived only where it is empty."""
+    ledger that keeps an older header): the reason, the hybrid mode, the rerun and the row it
+    confirms at scale, as its description said them, are read out, and the cause is derived from
+    that reason. The one place that reads a description; each column is derived only where it is
+    empty."""
     text = row.description
     if row.rerun_of and text.startswith(f"rerun of #{row.rerun_of}: "):
         text = text[len(f"rerun of #{row.rerun_of}: ") :]
+    confirming = _CONFIRMS_SAID.match(text)
+    if confirming and not row.confirms:  # a confirmation run appended to a ledger without the column
+        row.confirms, text = confirming["index"], text[confirming.end() :]
     said = f" [{row.status}: "  # the first one: a reason may quote a log line with brackets
     if not row.reason and said in text and text.endswith("]"):
         text, row.reason = text[: text.index(said)], text[text.index(said) + len(said) : -1]
@@ -317,6 +345,11 @@ def read_older_row(row: Row) -> Row:
     if not row.knobs and not row.rerun_of:
         row.knobs = _older_knobs(text)
     return row
+
+
+def _confirms_said(index: str) -> str:
+    """How a description says that its row confirms row `index` at scale (`_CONFIRMS_SAID` reads it)."""
+    return f"confirms #{index} at scale: "
 
 
 def _older_knobs(description: str) -> str:

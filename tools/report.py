@@ -36,6 +36,7 @@ import click
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign import (
     checks,
+    confirmation,
     holdout,
     keeprule,
     lineage,
@@ -74,9 +75,14 @@ CHROME_COLOURS = {  # trace viewer's reserved colour names (chrome://tracing; Pe
 @dataclass
 class Attempt:
     row: Row
-    delta: float | None  # metric minus the parent's metric (None when either has none)
+    delta: float | None  # metric minus the parent's value (None when either has none)
     diagnosis: str
-    parent: Row | None = None  # the latest row with a metric whose commit is this row's parent_commit
+    parent: Row | None = (
+        None  # the parent's latest run before this row (its commit is this row's parent_commit)
+    )
+    parent_value: float | None = (
+        None  # the mean of the parent's runs before this row: what it was judged against
+    )
 
 
 def has_metric(row: Row) -> bool:
@@ -84,12 +90,22 @@ def has_metric(row: Row) -> bool:
 
 
 def attempts(rows: list[Row]) -> list[Attempt]:
-    by_commit = {r.commit: r for r in rows if r.commit and has_metric(r)}
+    """Every row beside its parent: the change against the mean of the parent's runs recorded before
+    it under its fingerprint (what the row was judged against; a rerun of the parent made later, at
+    the finish for instance, never changes an earlier row's change). A confirmation run at scale has no change
+    against a parent measured at another scale (the section `Confirmed at a larger scale` compares it)."""
+    by_commit: dict[str, list[Row]] = {}
+    for r in noise.deciding(rows):
+        if r.commit and has_metric(r):
+            by_commit.setdefault(r.commit, []).append(r)
     out = []
     for r in rows:
-        parent = by_commit.get(r.parent_commit)
-        delta = r.metric_value - parent.metric_value if parent and has_metric(r) and parent is not r else None
-        out.append(Attempt(r, delta, "" if has_metric(r) else diagnose(r), parent))
+        same = [p for p in by_commit.get(r.parent_commit, []) if p.fingerprint == r.fingerprint]
+        before = [] if r.is_confirmation else [p for p in same if p.index < r.index]
+        parent = before[-1] if before else None
+        value = sum(p.metric_value for p in before) / len(before) if before else None
+        delta = r.metric_value - value if value is not None and has_metric(r) and parent is not r else None
+        out.append(Attempt(r, delta, "" if has_metric(r) else diagnose(r), parent, value))
     return out
 
 
@@ -107,6 +123,7 @@ def notes(row: Row, confirmed_by: int | None = None) -> str:
     (candidate, not comparable ...), as the ledger wrote them; a candidate that a later run kept
     says which (`confirmed by #5`)."""
     parts = [f"rerun of #{row.rerun_of}"] if row.rerun_of else []
+    parts += [f"confirms #{row.confirms} at scale"] if row.confirms else []
     parts += [f"retries #{row.retry_of}"] if row.retry_of else []
     shown = [f.strip() for f in row.flags.split(";") if f.strip() and f.strip() != screening.SCREENED_FLAG]
     parts += ["; ".join(shown)] if shown else []  # `screened` is on every row a new campaign decides
@@ -163,6 +180,7 @@ class Standing:
 
 
 def standing(rows: list[Row], direction: str, seeded: bool = False) -> Standing:
+    rows = noise.deciding(rows)  # a run at a larger scale is shown beside its result, never ranked
     fingerprint = noise.latest_fingerprint(rows) or ""
     comparable = [r for r in rows if r.fingerprint == fingerprint]
     found = noise.groups(comparable)
@@ -294,10 +312,10 @@ def predictions(rows: list[Row]) -> list[Predicted]:
             why = "no parent row"
         elif parent.fingerprint != r.fingerprint:
             why = f"parent #{parent.index} of another fingerprint"
-        elif relative and not parent.metric_value:
+        elif relative and not a.parent_value:
             why = "parent's value is 0"
         else:
-            observed = a.delta / parent.metric_value * 100 if relative else a.delta
+            observed = a.delta / a.parent_value * 100 if relative and a.parent_value else a.delta
         out.append(Predicted(a, expected, observed, why))
     return out
 
@@ -602,6 +620,7 @@ def render_markdown(
     lines += result_section(st, s.metric, s.direction)
     lines += what_it_left(campaign, rows)
     lines += pareto_section(campaign, rows)
+    lines += confirmation_section(rows, s.metric, s.direction)
     lines += [f"![progress]({chart_name})", ""]
     if timeline_name:
         lines += [
@@ -613,7 +632,7 @@ def render_markdown(
             lines += [f"Open [{trace_name}]({trace_name}) in ui.perfetto.dev or chrome://tracing to zoom in."]
         lines += ["", f"![timeline]({timeline_name})", ""]
     with_notes = any(notes(a.row, confirmed.get(a.row.index)) for a in found)
-    apart = {r.index for r in st.apart}
+    apart = {r.index for r in st.apart}  # a confirmation run at scale stays in the table, its notes say so
     lines += ["## All attempts", ""]
     if apart:
         lines += ["Rows measured under another fingerprint are listed apart, in the next section.", ""]
@@ -726,6 +745,20 @@ def pareto_section(campaign: Campaign, rows: list[Row]) -> list[str]:
             "| " + " | ".join([str(point.index), *values, str(point.runs), f"`{point.branch}`"]) + " |"
         )
     return [*lines, ""]
+
+
+def confirmation_section(rows: list[Row], metric: str, direction: str) -> list[str]:
+    """With confirmation runs at a larger scale (`confirm:`): each confirmed result's gain on the
+    proxy beside its gain at scale, both against the baseline at the same scale, and where the order
+    changed (`confirmation.lines`, as `ars campaign finish` and `status` print them)."""
+    said = confirmation.lines(rows, metric, direction)
+    if not said:
+        return []
+    intro = (
+        "The baseline and the best results run once more at the larger scale (`confirm:`). These runs "
+        "never enter a keep decision: a win on the proxy is a hypothesis about the full run."
+    )
+    return ["## Confirmed at a larger scale", "", intro, "", *(f"- {line}" for line in said), ""]
 
 
 def attempt_table(

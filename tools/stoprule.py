@@ -15,7 +15,9 @@ Runs in flight: `max_experiments` counts attempts STARTED. `evaluate(..., in_fli
 n experiments still running (not yet in the ledger) to the finished rows, and their GPU-hours so
 far come in as `in_flight_gpu_hours`; results (target, patience, failure rate) come from finished
 rows only. A verdict that says stop while runs are in flight means: start nothing new, let the
-running ones finish.
+running ones finish. A confirmation run at a larger scale (a row with `confirms`, `confirm:` in
+campaign.yaml) costs time and GPU-hours like any run, but is no experiment of the count and never
+enters the target, the patience or the failure rate (`noise.deciding`).
 
 Results are the campaign's own (`noise`): a target is reached when the best (`noise.best`: the
 mean of the best kept commit's runs) reaches it, never by one lucky draw of a discarded or
@@ -537,15 +539,18 @@ def evaluate(
     rules = rules.with_defaults()
     if rules.deadline is None and (rules.budget is not None or rules.until is not None):
         rules = rules.fixed_at(started_at or _first_start(rows) or at)
-    # A rerun (a baseline repeat, a confirmation) measures an experiment already counted: it costs
-    # time and GPU-hours, not one of the user's experiments.
-    reruns = sum(1 for r in rows if getattr(r, "rerun_of", ""))
-    finished = len(rows) - reruns
+    # A rerun (a baseline repeat, a confirmation) measures an experiment already counted, and a run
+    # at a larger scale (`confirm:`) one already decided: they cost time and GPU-hours, not one of
+    # the user's experiments, and never enter the patience, the target or the failure rate.
+    deciding = noise.deciding(rows)
+    at_scale = len(rows) - len(deciding)
+    reruns = sum(1 for r in deciding if getattr(r, "rerun_of", ""))
+    finished = len(deciding) - reruns
     attempted = finished + in_flight
     remaining_n = max(0, rules.max_experiments - attempted) if rules.max_experiments is not None else None
     remaining_s = (parse_iso(rules.deadline) - at).total_seconds() if rules.deadline else None
     gpu_used = gpu_hours_used(rows) + in_flight_gpu_hours if rules.gpu_hours is not None else None
-    firsts = [r for r in rows if not getattr(r, "rerun_of", "")]
+    firsts = [r for r in deciding if not getattr(r, "rerun_of", "")]
     kept = {g.key for g in noise.groups(rows).values() if g.kept}  # a kept commit's first row
     since_keep = next((i for i, r in enumerate(reversed(firsts)) if r.index in kept), finished)
     best_value = _best_value(rules, rows)
@@ -557,7 +562,9 @@ def evaluate(
         said = [f"{going} {'still running' if stopped else 'running'}"] if going else []
         said += [f"{min(queued, in_flight)} queued"] if queued and in_flight else []
         running = f" ({', '.join(said)})" if said else ""
-        repeated = f" (+{reruns} rerun{'s' if reruns > 1 else ''})" if reruns else ""
+        extra = [f"+{reruns} rerun{'s' if reruns > 1 else ''}"] if reruns else []
+        extra += [f"+{at_scale} at scale"] if at_scale else []
+        repeated = f" ({', '.join(extra)})" if extra else ""
         parts = [f"{count} attempted{repeated}{running}"]
         if time_left and remaining_s is not None and remaining_s > 0:
             parts.append(f"{format_duration(remaining_s)} remaining")
@@ -622,7 +629,7 @@ def evaluate(
         stale = f"{since_keep} runs without improvement (patience {rules.patience})"
         return verdict("patience", [stale, *progress(True)])
     if rules.max_failure_rate is not None:
-        window = rows[-rules.failure_window :]
+        window = deciding[-rules.failure_window :]
         failed = sum(r.status in FAILED for r in window)
         if len(window) >= min(3, rules.failure_window) and failed / len(window) > rules.max_failure_rate:
             share = f"{failed}/{len(window)} of the last runs failed ({failed / len(window):.0%} > {rules.max_failure_rate:.0%})"

@@ -190,6 +190,8 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
             click.echo("in_flight: -")
         if facts["pareto"]:
             click.echo(f"pareto: {pareto_line(facts['pareto'])}")
+        for line in facts["confirmed"]["lines"] if facts["confirmed"] else []:
+            click.echo(line)
         click.echo(facts["outputs"])
         if facts["best_outputs"]:
             click.echo(facts["best_outputs"])
@@ -373,6 +375,66 @@ def finish_cmd(ref: str | None, branch: str | None, force: bool, as_json: bool) 
     for line in [*lines, *([made.line()] if made else [])]:
         click.echo(line)
     click.echo(verdict.line)
+
+
+@cli.command("confirm")
+@click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+@click.option(
+    "-k",
+    "--top",
+    type=click.IntRange(min=1),
+    help="results to confirm besides the baseline (default `confirm.top`)",
+)
+@click.option("--json", "as_json", is_flag=True, help="progress lines on stderr, then one JSON object")
+def confirm_cmd(ref: str | None, top: int | None, as_json: bool) -> None:
+    """Run the baseline and the best results once more at a larger scale (`confirm:` in
+    campaign.yaml: its `set:` and `args:` knobs, `command:`, `timeout:`), and compare each gain on
+    the proxy with its gain at scale, both against the baseline at the same scale.
+
+    The results are the campaign's best and the next ones in its order (`confirm.top`, or
+    --top), distinct commits; each runs once, on a branch of its own (`<prefix>/confirm-<name>`),
+    with the campaign's launcher, as slots free up, while its time limit fits before the
+    deadline; a result confirmed before is not run again. Waits for every run, one progress line
+    each. Confirmation runs are ledger rows (`confirms` names the row they confirm) that never
+    enter a keep decision, the best or the stop rules' counts. On a campaign that has ended, the
+    closing lines of `ars campaign finish` follow.
+
+    Exit 0: every result has its run at scale; 1: nothing to confirm (no kept result besides the
+    baseline) or no time left before the deadline for a run (not started, said so); 2: bad input
+    (no `confirm:`, a knob the mutable files do not hold).
+
+    \b
+    Examples:
+      ars campaign confirm
+      ars campaign confirm --top 3 --campaign lr-sweep
+      ars campaign confirm --json
+
+    \b
+    Output:
+      confirm: baseline at scale: started confirm-baseline on slot 0 (local 4242, 30m limit)
+      confirm: #14 confirm-baseline: val_bpb 2.541000 at scale
+      confirmed at scale: baseline proxy 1.019, at scale 2.541
+      confirmed at scale: lr-2 proxy -3.1% (0.987 vs 1.019), at scale -1.2% (2.51 vs 2.541)
+      order changed at scale: wider-mlp beats lr-2
+    """
+    from autoresearch_skills.campaign import confirm
+    from autoresearch_skills.campaign.finish import finished, wrap_up
+
+    campaign = find(ref)
+
+    def say(line: str) -> None:
+        click.echo(line, err=as_json)
+
+    outcome = confirm.run(campaign, top, say=say)
+    shown = outcome.lines
+    if outcome.rows and finished(campaign):  # its worktrees go, the closing lines say it all
+        shown = wrap_up(campaign)
+    if as_json:
+        click.echo(json.dumps({**outcome.to_dict(), "lines": shown}, indent=2))
+    else:
+        for line in shown:
+            click.echo(line)
+    raise SystemExit(outcome.exit_code)
 
 
 interrupt_option = click.option(

@@ -592,7 +592,7 @@ def _check_worktree_data(data: dict, repo: Path, where: str, result: Validation)
         result.problems.append(f"{where}: {err.message}")
         return
     # what runs write (logs/, wandb/, checkpoints/, *.log) is no input a run needs: never the example
-    inputs = [p for p in left if not _run_output(p)]
+    inputs = [p for p in left if not _run_output(p) and not _toolkit_own(p)]
     if inputs and not carried:
         shown = ", ".join(inputs[:5]) + (f" ... ({len(inputs) - 5} more)" if len(inputs) > 5 else "")
         result.warnings.append(
@@ -621,6 +621,15 @@ def _check_seed(data: dict, repo: Path, where: str, result: Validation) -> None:
             f"({knobs.shell_join(knobs.render_args({seed: 1}, str(data.get('args_style') or 'flags')))}); "
             "name the file as `path:name` if it lives in a config"
         )
+
+
+def _toolkit_own(path: str) -> bool:
+    """The toolkit's own folders in a checkout: the session record (`ars memory`) and the campaigns
+    folder; no run needs them carried."""
+    from autoresearch_skills.session_record import DEFAULT_ROOT
+
+    first = path.strip("/").split("/")[0]
+    return first in (DEFAULT_ROOT, Path(CAMPAIGNS_DIR).parts[0])
 
 
 def _run_output(path: str) -> bool:

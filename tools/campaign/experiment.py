@@ -251,6 +251,7 @@ def reopen(campaign: Campaign, ref: str, mode: str, **extra: Any) -> Experiment:
         experiment = Experiment(
             key=slug, slug=slug, description=description, branch=row.branch, branch_start=row.commit,
             parent_ref=(closed.parent_ref if closed else None) or "best", parent_commit=row.parent_commit,
+            confirms=int(row.confirms) if row.confirms.isdigit() else None,  # a run at scale stays one
             **{"overrides": closed.overrides if closed else None, "args": args, **attempt, **extra},
         )  # fmt: skip
         place = closed.workdir if closed else None
@@ -615,7 +616,8 @@ def plan_launch(
 
         command    `command_of`, run in the attempt's folder (`run_cwd`)
         timeout    the tightest of the campaign's per-run limit, the attempt's own, the one asked
-                   for (`--timeout`) and `remaining`, the time the campaign has left; a day if none
+                   for (`--timeout`) and `remaining`, the time the campaign has left; a day if none.
+                   A confirmation run's own limit (`confirm.timeout`) replaces the per-run limit
         log_path   the one a launch cut short holds (state.json said `queued`, with a log), else
                    runs/<launch>-<key>/run.log, or <launch>-<key>.log in the attempt's own log folder
         env        ARS_CAMPAIGN, ARS_EXPERIMENT, ARS_SLOT, PYTHONUNBUFFERED, ARS_OUTPUT_DIR (and its
@@ -629,7 +631,10 @@ def plan_launch(
     The slot, devices and cores are the grant's, or those a launch cut short holds. No I/O but the
     pool's one look at the machine's accelerator (once per process)."""
     s, own = campaign.settings, experiment.own
-    given = (s.stop_rules().per_run_timeout, own.timeout, experiment.requested_timeout, remaining)
+    per_run = s.stop_rules().per_run_timeout
+    if experiment.confirms is not None and own.timeout is not None:
+        per_run = None  # a run at a larger scale has its own limit (`confirm.timeout`), not the proxy's
+    given = (per_run, own.timeout, experiment.requested_timeout, remaining)
     limits = [t for t in given if t is not None]
     held = bool(experiment.log_path)
     slot, devices, cores = (
@@ -852,7 +857,8 @@ def finish(
             return None
         result = experiment.result or judging.judge(campaign, experiment, run_state)
         experiment.result = result
-        manual = campaign.settings.decide == "manual" and result.has_metric
+        # a confirmation run at scale decides nothing: its row is written as it ends
+        manual = campaign.settings.decide == "manual" and result.has_metric and experiment.confirms is None
         if manual:
             experiment.phase = Phase.DECIDE
         campaign.state.save(state)
@@ -1021,5 +1027,6 @@ def _append_row(
             knobs=_knobs_set(experiment),
             objectives=json.dumps(result.objectives) if measured and result.objectives else "",
             cores=cpu_cores.spelled(experiment.cores),
+            confirms="" if experiment.confirms is None else str(experiment.confirms),
         ),
     )

@@ -11,7 +11,8 @@
 - the lines say where the best result lives (`git checkout <branch>` to use it, and the command it
   ran when its knobs are on the command line), where its weights are (`weights:` the largest file
   of its outputs folder), with `holdout:` both numbers for the baseline and the best, and with
-  `objectives:` the Pareto front (`pareto:`).
+  `objectives:` the Pareto front (`pareto:`), and with `confirm:` each confirmed result's gain on
+  the proxy beside its gain at the larger scale (`confirmed at scale:`, campaign/confirmation.py).
 Each step is safe to repeat: `ars campaign finish` may be called again at any time.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 import subprocess
 
 from autoresearch_skills import gitflow, knobs
-from autoresearch_skills.campaign import holdout, keeprule, noise, outputs, pareto
+from autoresearch_skills.campaign import confirmation, holdout, keeprule, noise, outputs, pareto
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import remove_worktrees
 from autoresearch_skills.launch.base import FINISHED, Run, state_path_for
@@ -51,6 +52,7 @@ def wrap_up(campaign: Campaign) -> list[str]:
         alone = support_text(campaign, rows, best)
         lines.append(f"best: {best.describe(campaign.settings.metric)}{alone} ({how_to_use(campaign, best)})")
         lines += the_result(campaign, rows, best)
+    lines += confirmation.lines(rows, campaign.settings.metric, campaign.settings.direction)
     close_subtask(campaign.repo, campaign.verdict().line)
     return lines
 

@@ -66,6 +66,8 @@ def judge(campaign: Campaign, experiment: Experiment, run_state: State) -> Resul
     elif failed := checks.run(s, experiment, value).failure:  # before any keep decision
         status, cause = Status.CRASH, CrashCause.CHECKS_FAILED
         reason = f"{s.metric} {metrics.format_value(value)} not kept: {failed}"
+    elif experiment.confirms is not None:  # measured at a larger scale: recorded, never a keep decision
+        status, reason = Status.DISCARD, f"confirms #{experiment.confirms} at scale: never kept"
     else:
         decision = _decide(campaign, experiment, value)
         status, reason = decision.row_status, decision.reason
@@ -162,7 +164,9 @@ def _fingerprint_flags(campaign: Campaign, experiment: Experiment) -> list[str]:
     against this one (the best is the best among comparable rows)."""
     mine = experiment.fingerprint
     others = [
-        r for r in campaign.rows() if r.fingerprint and r.fingerprint != mine and r.status.is_finished()
+        r
+        for r in noise.deciding(campaign.rows())
+        if r.fingerprint and r.fingerprint != mine and r.status.is_finished()
     ]
     if not mine or not others:
         return []

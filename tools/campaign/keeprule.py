@@ -38,7 +38,7 @@ def rule(settings: Settings, rows: list[Row]) -> str:
     screening flags: the noise rule), else screening."""
     if settings.keep_rule:
         return settings.keep_rule
-    finished = [r for r in rows if r.status.is_finished()]
+    finished = [r for r in noise.deciding(rows) if r.status.is_finished()]
     if finished and not screening.screened(finished):
         return NOISE
     return SCREENING
@@ -100,10 +100,13 @@ def decide(
 
 
 def _measured(rows: list[Row], fingerprint: str | None = None) -> list[Row]:
-    """The finished rows of `fingerprint` (default: the latest): what screening ranks together."""
+    """The finished rows of `fingerprint` (default: the latest): what screening ranks together
+    (never a confirmation run at scale: `noise.deciding`)."""
     if fingerprint is None:
         fingerprint = noise.latest_fingerprint(rows)
-    return [r for r in rows if r.fingerprint == (fingerprint or "") and r.status.is_finished()]
+    return [
+        r for r in noise.deciding(rows) if r.fingerprint == (fingerprint or "") and r.status.is_finished()
+    ]
 
 
 def _finish_done(rows: Sequence[screening.ScreeningRow], settings: Settings) -> bool:
@@ -161,8 +164,8 @@ def finish_owed(settings: Settings, rows: list[Row]) -> bool:
 
 def typical_run_seconds(rows: list[Row], per_run_timeout: float | None) -> float | None:
     """What one run takes: the median of the finished runs' elapsed time, never above the per-run
-    limit; the limit itself before any run finished."""
-    spent = [r.elapsed_min * 60 for r in rows if r.status.is_finished() and r.elapsed_min > 0]
+    limit; the limit itself before any run finished. A run at a larger scale (`confirm:`) is not one."""
+    spent = [r.elapsed_min * 60 for r in noise.deciding(rows) if r.status.is_finished() and r.elapsed_min > 0]
     if not spent:
         return per_run_timeout
     typical = median(spent)

@@ -34,7 +34,7 @@ from types import FrameType
 from typing import TextIO
 
 from autoresearch_skills.accelerators import cores as cpu_cores
-from autoresearch_skills.campaign import experiment, keeprule, noise, scheduler, screening
+from autoresearch_skills.campaign import confirm, experiment, keeprule, noise, scheduler, screening
 from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.proposals import (
     MAX_RETRIES,
@@ -208,7 +208,8 @@ def open_campaign(path: Path, cwd: Path = Path("."), warn: Callable[[str], None]
 
 def _continued(campaign: Campaign, config: dict, path: Path, warn: Callable[[str], None] | None) -> Campaign:
     """A campaign run again from its file: the file's `policy:` is what to try next, so it is taken
-    up (a queue or grid extended in the file runs); every other setting stays the campaign's own,
+    up (a queue or grid extended in the file runs), and so is its `confirm:` (what to run at the
+    end); every other setting stays the campaign's own,
     decided at its start, and a file that now says otherwise is named, never followed silently."""
     from autoresearch_skills.campaign.store import write_settings
 
@@ -218,7 +219,12 @@ def _continued(campaign: Campaign, config: dict, path: Path, warn: Callable[[str
         campaign.settings.policy = policy
         write_settings(campaign)
         say(f"{path}: policy taken up by the campaign in {campaign.folder}")
-    fixed = {"policy", "stop", "folder", "name"}  # the stop rules were fixed (deadline) at the start
+    confirm = config.get("confirm") or {}
+    if confirm != campaign.settings.confirm:  # what to run at the end, as `policy:` is what to try next
+        campaign.settings.confirm = confirm
+        write_settings(campaign)
+        say(f"{path}: confirm taken up by the campaign in {campaign.folder}")
+    fixed = {"policy", "confirm", "stop", "folder", "name"}  # stop: fixed (its deadline) at the start
     own = campaign.settings.to_mapping()
     differ = [
         key
@@ -470,7 +476,7 @@ class Loop:
         values = {**proposal.set, **proposal.args}
         if not values:
             return
-        for row in self.campaign.rows():
+        for row in noise.deciding(self.campaign.rows()):  # a run at scale tried no idea of its own
             if (
                 not row.rerun_of
                 and row.parent_commit == parent_commit
@@ -501,7 +507,11 @@ class Loop:
         from autoresearch_skills import gitflow
 
         repo = self.campaign.repo
-        rows = [r for r in self.campaign.rows() if not r.rerun_of and r.parent_commit == parent_commit]
+        rows = [
+            r
+            for r in noise.deciding(self.campaign.rows())
+            if not r.rerun_of and r.parent_commit == parent_commit
+        ]
         rows = [r for r in rows if r.commit and r.tried_the_idea() and r.knob_values() == proposal.args]
         if not rows:
             return
@@ -536,7 +546,7 @@ class Loop:
         from autoresearch_skills import gitflow
 
         repo = self.campaign.repo
-        rows = self.campaign.rows()
+        rows = noise.deciding(self.campaign.rows())  # runs at a larger scale are no history to learn from
         start = experiment.resolve_parent(self.campaign, self.parent, rows)
         program = repo / self.policy.program
         mutable = {path: gitflow.git(repo, "show", f"{start}:{path}", check=False) for path in self.mutable}
@@ -681,6 +691,22 @@ class Loop:
         best = noise.best(self.campaign.rows(), self.campaign.settings.direction)
         return f"{best.metric_value:.4f} ({Path(best.branch).name})" if best else "-"
 
+    def confirm_at_scale(self) -> None:
+        """The closing step with `confirm:`: the baseline and the best results run once at the larger
+        scale while the deadline allows (campaign/confirm.py); the comparison is in the closing lines.
+        A signal starts nothing more; a second one leaves the runs going for `ars campaign resume`."""
+        if self.interrupts.requested:
+            return
+        try:
+            confirm.run(
+                self.campaign, say=lambda line: self.out.event("confirm", line),
+                stop=lambda: self.interrupts.requested, on_poll=self.poll, watchers=self.watchers,
+            )  # fmt: skip
+        except LeaveRunning:
+            return
+        except BadInput as err:  # a knob at scale not found: said, and the campaign still ends
+            self.out.event("confirm", f"confirm: not run: {err.message}")
+
     def result_branch(self, name: str) -> str:
         """`result_branch:` made at the end: its line, or why there is none (never fails the end)."""
         from autoresearch_skills.campaign import resultbranch
@@ -699,6 +725,9 @@ class Loop:
             except (OSError, BadInput, Rejected) as err:  # learning late never fails the end
                 self.out.event("warning", f"the policy could not take up the last results: {err}")
         verdict = self.campaign.verdict()
+        if self.campaign.settings.confirm and not verdict.should_continue and self.broken is None:
+            self.confirm_at_scale()
+            verdict = self.campaign.verdict()
         if self.interrupts.requested:
             self.out.event("stopped", "stopped on interrupt; resume with `ars campaign resume`")
         else:

@@ -91,7 +91,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from autoresearch_skills.campaign import screening
 from autoresearch_skills.campaign.tdist import t_line
@@ -120,6 +120,16 @@ DETERMINISTIC_ACROSS_SEEDS = (
     "identical repeats under different seeds: this target is deterministic; "
     "new bests are not rerun because a rerun repeats the same number"
 )
+
+
+class Confirming(Protocol):
+    """A row that may be a confirmation run at a larger scale: `confirms` names the row it confirms."""
+
+    @property
+    def confirms(self) -> str: ...
+
+
+AnyRow = TypeVar("AnyRow", bound=Confirming)
 
 
 class LedgerRow(Protocol):
@@ -158,6 +168,9 @@ class LedgerRow(Protocol):
 
     @property
     def flags(self) -> str: ...
+
+    @property
+    def confirms(self) -> str: ...
 
     def to_dict(self) -> dict: ...
 
@@ -378,11 +391,24 @@ class Action:
 # ---------------------------------------------------------------- pooling
 
 
+def deciding(rows: Iterable[AnyRow]) -> list[AnyRow]:
+    """The rows that take part in decisions: all but the confirmation runs at a larger scale (a
+    row's `confirms`, `confirm:` in campaign.yaml). Such a run measures another scale than the one
+    the campaign compares at, so it never enters the best, a keep decision, the noise estimate or
+    a fingerprint's ranking; it is shown beside the result it confirms (campaign/confirmation.py)."""
+    return [r for r in rows if not r.confirms]
+
+
 def groups(rows: Iterable[LedgerRow], fingerprint: str | None = None) -> dict[int, Group]:
     """Finished rows pooled by commit (and `rerun_of` links), one group per fingerprint, keyed by
-    the index of the group's first row. `fingerprint` keeps only groups with that fingerprint."""
+    the index of the group's first row. `fingerprint` keeps only groups with that fingerprint.
+    Confirmation runs at scale are left out (`deciding`)."""
     finished = sorted(
-        (r for r in rows if r.status in FINISHED and (fingerprint is None or r.fingerprint == fingerprint)),
+        (
+            r
+            for r in deciding(rows)
+            if r.status in FINISHED and (fingerprint is None or r.fingerprint == fingerprint)
+        ),
         key=lambda r: r.index,
     )
     by_index = {r.index: r for r in finished}
@@ -485,8 +511,9 @@ def _squares(values: list[float]) -> float:
 
 
 def latest_fingerprint(rows: Sequence[LedgerRow]) -> str | None:
-    """The fingerprint of the newest row that has one: what a campaign ranks by now."""
-    return next((r.fingerprint for r in reversed(rows) if r.fingerprint), None)
+    """The fingerprint of the newest row that has one: what a campaign ranks by now (a
+    confirmation run at scale, `deciding`, never sets it)."""
+    return next((r.fingerprint for r in reversed(deciding(rows)) if r.fingerprint), None)
 
 
 # ---------------------------------------------------------------- the best
@@ -496,8 +523,9 @@ def best(rows: Iterable[LedgerRow], direction: str, fingerprint: str | None = No
     """The campaign's best result, the one every command shows and uses: among the rows of
     `fingerprint` (default: the latest, `latest_fingerprint`; "" in a ledger without fingerprints),
     the commit with a keep row whose mean over its finished runs is best; the earliest wins a tie.
-    None when no commit there has a keep row (a candidate awaiting its rerun has none)."""
-    rows = list(rows)
+    None when no commit there has a keep row (a candidate awaiting its rerun has none). Confirmation
+    runs at scale are never the best (`deciding`)."""
+    rows = deciding(rows)
     if fingerprint is None:
         fingerprint = latest_fingerprint(rows) or ""
     found = groups(rows, fingerprint)
@@ -518,6 +546,26 @@ def best(rows: Iterable[LedgerRow], direction: str, fingerprint: str | None = No
     first_keep = next((r.index for r in runs if r.status == Status.KEEP), None)
     confirmed_by = first_keep if CANDIDATE_FLAG in _flags(runs[0]) else None
     return Best(group, shown, next((d for d in said if d), ""), confirmed_by=confirmed_by, claim=claim)
+
+
+def ranking(rows: Iterable[LedgerRow], direction: str, fingerprint: str | None = None) -> list[Group]:
+    """The kept commits of `fingerprint` (default: the latest), the campaign's best first (`best`),
+    then the others by the campaign's estimate of them: screening's (`screening.ranked`) for rows it
+    decided, else the pooled mean of their runs; the earliest first on a tie. [] before a keep."""
+    rows = deciding(rows)
+    if fingerprint is None:
+        fingerprint = latest_fingerprint(rows) or ""
+    found = groups(rows, fingerprint)
+    top = best(rows, direction, fingerprint)
+    mine = [r for r in rows if r.fingerprint == fingerprint and r.status in FINISHED]
+    if mine and screening.screened(mine):
+        tree = screening.tree(mine, direction)
+        order = [found[e.key] for e in screening.ranked(tree, screening.fit(tree)) if e.key in found]
+    else:
+        sign = 1.0 if direction == "min" else -1.0
+        order = sorted((g for g in found.values() if g.kept), key=lambda g: (sign * g.mean, g.key))
+    head = [top.group] if top else []
+    return head + [g for g in order if top is None or g.key != top.key]
 
 
 def better(value: float, than: float, direction: str) -> bool:

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoresearch_skills import knobs, ledger, notices
+from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.hypothesis import Policy, Proposal, Rejected, apply_set, knob_files
 from autoresearch_skills.campaign.pareto import Objective, objective_problem
 from autoresearch_skills.campaign.policy_settings import OPTUNA_SAMPLERS, PolicySettings
@@ -423,7 +424,9 @@ class OptunaPolicy(Policy):
         if self.study is None or self.folder is None or not (self.folder / "results.tsv").exists():
             return
         try:
-            rows = [r.to_dict(holdout=False) for r in ledger.read(self.folder / "results.tsv")]
+            # as the loop's context holds them: a run at a larger scale (`confirm:`) tells no trial
+            read = noise.deciding(ledger.read(self.folder / "results.tsv"))
+            rows = [r.to_dict(holdout=False) for r in read]
             # nothing is given up here: a trial never opened waits for the next process's ask
             self.tell_finished(self.study, rows, [], given_up=set())
         except Exception as err:  # an exit hook must never turn a clean exit into a traceback

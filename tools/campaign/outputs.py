@@ -126,8 +126,10 @@ def _best_indexes(campaign: Campaign, rows: list[Row]) -> set[int]:
 
 
 def _kept_indexes(rows: list[Row]) -> list[int]:
-    """Rows of a kept commit, or of a candidate awaiting the rerun that may confirm it."""
-    return [i for g in noise.groups(rows).values() if g.kept or g.candidate for i in g.indexes]
+    """Rows of a kept commit, or of a candidate awaiting the rerun that may confirm it, and the
+    confirmation runs at a larger scale (`confirm:`): their weights are the ones trained at scale."""
+    kept = [i for g in noise.groups(rows).values() if g.kept or g.candidate for i in g.indexes]
+    return kept + [r.index for r in rows if r.is_confirmation]
 
 
 def _protected(campaign: Campaign, rows: list[Row]) -> set[int]:

@@ -137,6 +137,7 @@ class Experiment:
     opened_at: str | None = None
     rerun_of: int | None = None  # the first row of the commit this reruns
     retry_of: int | None = None  # the crashed row this fix-up retries
+    confirms: int | None = None  # the first row of the commit it measures at a larger scale (`confirm:`)
     fixup: bool = False
     overrides: Overrides | None = None
     proposal: dict | None = None  # the unattended loop's proposal

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoresearch_skills import gitflow
-from autoresearch_skills.campaign import holdout, keeprule, lineage, noise
+from autoresearch_skills.campaign import holdout, keeprule, lineage, noise, screening
 from autoresearch_skills.campaign.finish import command_of_best, support_text
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.errors import BadInput
@@ -55,13 +55,20 @@ class ResultBranch:
     start: str
     best: str
     replaced: str | None = None  # the commit the branch held before `--force` moved it
+    files_changed: bool = True  # False: the best differs from the start only in its command's knobs
 
     def line(self) -> str:
         moved = f", moved from {self.replaced[:8]}" if self.replaced else ""
-        return (
+        line = (
             f"result branch: {self.name} @ {self.commit[:8]}{moved}: the best's change in one commit on "
             f"the start {self.start[:8]}; review it with `git show {self.name}`"
         )
+        if not self.files_changed:
+            line += (
+                "; no file differs from the start: the best's change is its command-line knobs, "
+                "written in the commit message"
+            )
+        return line
 
     def to_json(self) -> dict:
         return {
@@ -70,6 +77,7 @@ class ResultBranch:
             "start": self.start,
             "best": self.best,
             "replaced": self.replaced,
+            "files_changed": self.files_changed,
         }
 
 
@@ -112,7 +120,8 @@ def make(campaign: Campaign, name: str, force: bool = False) -> ResultBranch:
     # between is never overwritten; the reflog keeps what `--force` replaced
     reflog = f"ars campaign finish --branch: the result of {campaign.settings.name}"
     gitflow.git(repo, "update-ref", "-m", reflog, f"refs/heads/{name}", commit, replaced or "")
-    return ResultBranch(name, commit, start, best.commit, replaced)
+    same = gitflow.git(repo, "rev-parse", f"{start}^{{tree}}") == tree
+    return ResultBranch(name, commit, start, best.commit, replaced, files_changed=not same)
 
 
 def start_commit(rows: list[Row]) -> str | None:
@@ -128,7 +137,8 @@ def message(campaign: Campaign, rows: list[Row], best: noise.Best, start: str) -
     base = _baseline(tree, rows, s.direction)
     if base is not None and base.value is not None:
         places = _places(base.value)  # both numbers to the baseline's places: `1.232 -> 1.100`
-        subject = f"{base.value:.{places}f} -> {best.mean:.{places}f} ({_change(best.mean, base.value)})"
+        said = ", ".join(filter(None, [_change(best.mean, base.value), _unclaimed(best)]))
+        subject = f"{base.value:.{places}f} -> {best.mean:.{places}f} ({said})"
     else:
         subject = f"{best.mean:.{_places(best.mean)}f}"
     lines = [f"{s.name}: {s.metric} {subject}", ""]
@@ -154,6 +164,18 @@ def message(campaign: Campaign, rows: list[Row], best: noise.Best, start: str) -
     lines += [f"ledger: {_shown_path(campaign.ledger, campaign.repo)}", ""]
     lines += [f"{CAMPAIGN_TRAILER}: {s.name}", f"{BEST_TRAILER}: {best.commit}"]
     return "\n".join(lines) + "\n"
+
+
+def _unclaimed(best: noise.Best) -> str:
+    """What the subject line must say when the gain is not a claimed effect: `unconfirmed` (screening
+    re-measured it and it did not hold), `not re-measured`, `one run` (nothing repeated it); "" else."""
+    said = {
+        screening.CLAIMS[screening.Outcome.SCREENED]: "unconfirmed",
+        screening.CLAIMS[screening.Outcome.UNMEASURED]: "not re-measured",
+    }
+    if best.claim:
+        return said.get(best.claim, "")
+    return "one run" if best.n == 1 else ""
 
 
 def _link(node: lineage.Node, before: lineage.Node | None, metric: str) -> str:

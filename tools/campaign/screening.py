@@ -398,15 +398,20 @@ def estimates(found: Tree, prior: Prior) -> dict[int, Estimate]:
 def best(found: Tree, prior: Prior | None) -> Estimate | None:
     """The kept node with the best estimate (the earliest on a tie); without a prior yet, the
     kept node with the best mean of its runs."""
+    order = ranked(found, prior)
+    return order[0] if order else None
+
+
+def ranked(found: Tree, prior: Prior | None) -> list[Estimate]:
+    """The kept nodes, best first (the earliest on a tie): by their estimates, or without a prior
+    yet by the mean of their runs (variance unknown: inf)."""
     kept = [n for n in found.nodes.values() if n.kept]
-    if not kept:
-        return None
     if prior is None:
         sign = _sign(found.direction)
-        chosen = min(kept, key=lambda n: (sum(n.losses) / len(n.losses), n.key))
-        loss = sum(chosen.losses) / len(chosen.losses)
-        return Estimate(chosen.key, loss, math.inf, sign * loss)
-    return _best_of(found, estimates(found, prior))
+        means = [(sum(n.losses) / len(n.losses), n.key) for n in kept]
+        return [Estimate(key, loss, math.inf, sign * loss) for loss, key in sorted(means)]
+    found_estimates = estimates(found, prior)
+    return sorted((found_estimates[n.key] for n in kept), key=lambda e: (e.loss, e.key))
 
 
 def _best_of(found: Tree, found_estimates: dict[int, Estimate]) -> Estimate | None:

@@ -322,10 +322,41 @@ def command_list() -> Kind:
     )  # fmt: skip
 
 
+def confirm_section() -> Kind:
+    """`confirm:` (campaign/confirmation.py `AtScale`): {set, args, top, command, timeout}, with one
+    of set, args or command; the first bad entry named in one line. {} is no confirmation."""
+    keys = ("set", "args", "top", "command", "timeout")
+
+    def problem(value: Any, label: str = "confirm") -> str | None:
+        if not isinstance(value, dict):
+            return f"`{label}` must be a mapping such as {{set: {{DEPTH: 24}}, top: 2}} (got {shown(value)})"
+        unknown = sorted(str(k) for k in value if k not in keys)
+        if unknown:
+            return f"`{label}` has unknown key(s) {', '.join(unknown)}; it takes {', '.join(keys)}"
+        for key in ("set", "args"):
+            if value.get(key) is not None and not isinstance(value[key], dict):
+                return f"`{label}.{key}` must map knob names to values, e.g. {{DEPTH: 24}} (got {shown(value[key])})"
+        if value and not (value.get("set") or value.get("args") or value.get("command")):
+            return f"`{label}` needs `set:`, `args:` or `command:`: what makes a run bigger than the proxy's"
+        top = value.get("top")
+        if top is not None and not (_is_int(top) and top >= 1):
+            return f"`{label}.top` must be an integer >= 1: how many results besides the baseline (got {shown(top)})"
+        if value.get("command") is not None and not text().test(value["command"]):
+            return f"`{label}.command` must be a command line (text) (got {shown(value['command'])})"
+        if value.get("timeout") is not None and not duration(above_zero=True).test(value["timeout"]):
+            return f"`{label}.timeout` must be a duration above zero such as 30m or 2h (got {shown(value['timeout'])})"
+        return None
+
+    return Kind(
+        lambda v: problem(v) is None, "a mapping {set, args, top, command, timeout}", py="dict[str, Any]",
+        explain=problem,
+    )  # fmt: skip
+
+
 def policy_queue() -> Kind:
     return Kind(
         lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v),
-        "a list of {slug, description, set or patch}",
+        "a list of {slug, description, set, args or patch}",
         py="list[dict[str, Any]]",
     )
 
@@ -396,6 +427,7 @@ class Settings:
     checks: str | list[str] = field(default_factory=list)        # []: a run's metric decides alone
     checks_timeout: str | float = "10m"                          # each check's own limit
     result_branch: str | None = None                             # None: no result branch at the end
+    confirm: dict[str, Any] = field(default_factory=dict)        # {}: no confirmation at a larger scale
     # fmt: on
 
     @classmethod
@@ -588,11 +620,12 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
     Key("checks", command_list(), "commands run one after another in the experiment's checkout after a run that gave its metric (ARS_OUTPUT_DIR, ARS_CAMPAIGN, ARS_EXPERIMENT, ARS_METRIC set; output in runs/NNN-name/checks.log): one that fails (a non-zero exit, or past `checks_timeout`) turns the result into a crash (cause checks_failed), never kept; the baseline must pass them"),
     Key("checks_timeout", duration(above_zero=True), "each check's time limit: past it, the check and every process it started are killed, and it has failed"),
     Key("result_branch", text(), "a branch the unattended loop makes when the campaign ends (as `ars campaign finish --branch NAME` does): the best's change as one commit on the commit the campaign started from, its message the chain of kept changes and the evidence; none when nothing beat the baseline"),
+    Key("confirm", confirm_section(), "confirmation at a larger scale: `set:` and `args:` (knobs as a proposal's) make the runs bigger, `top:` how many of the best results besides the baseline (default 2), optional `command:` and `timeout:` at scale; the unattended loop runs them at its end while the deadline allows (`ars campaign confirm` at any time), each once, on a branch of its own; never part of a keep decision", where="file"),
 ])
 
 POLICY: dict[str, Key] = _declared(PolicySettings, [
     Key("kind", choice("queue", "grid", "random", "command", "llm", "llm_diff", "hybrid", "optuna"), "queue, grid, random, command; llm (a model proposes knob values), llm_diff (a model proposes diffs), hybrid (knob values, then diffs when the campaign stalls); optuna (Optuna's samplers propose knob values and learn from the results; `pip install 'autoresearch-skills[optuna]'`)", required=True, where="file"),
-    Key("queue", policy_queue(), "queue: the hypotheses, in order", where="file"),
+    Key("queue", policy_queue(), "queue: the hypotheses, in order: `set:` knobs of the mutable files, `args:` command-line knobs (`{--lr: 3e-4}`), or a `patch:`", where="file"),
     Key("space", mapping(), "grid, random, llm, hybrid, optuna: knobs of the mutable files and their values: a top-level Python name as written (learning_rate), a dotted YAML/JSON/TOML key (optimizer.lr); `file:name` when several files hold it; llm without a space: any knob of the mutable files; optuna: a list (categorical), {low, high} (a float range), {low, high, log: true}, {low, high, step}, integer bounds for an integer range", where="file"),
     Key("args", mapping(), "grid, random, llm, hybrid, optuna: command-line arguments and their values, written into the command (`args_style`; a key written `-n` or `--lr` is its own flag)", where="file"),
     Key("samples", integer(1), "random: how many draws (unset: 8); optuna: the most trials proposed (unset: until the stop rule)", where="file"),

@@ -4,7 +4,8 @@ hooks and `ars exp wait` show. Pure reading: the ledger, state.json (through its
     status_facts(campaign)     attempted and remaining, the best (noise.best), the noise (or that
                                identical repeats make the target deterministic), the latest
                                row, every experiment in flight, the queue, the verdict; with
-                               `objectives:`, the Pareto front (campaign/pareto.py)
+                               `objectives:`, the Pareto front (campaign/pareto.py); with
+                               confirmation runs at scale, their comparison (`confirmed`)
     in_flight_facts(e)         one experiment in flight: phase, slot, GPUs, elapsed, session or job,
                                and for a run that ended and is not recorded yet, how it ended (a
                                tmux session or server that vanished under it named with its socket)
@@ -16,7 +17,7 @@ from typing import Any
 
 from autoresearch_skills import gitflow
 from autoresearch_skills.accelerators import cores as cpu_cores
-from autoresearch_skills.campaign import keeprule, noise, outputs, pareto
+from autoresearch_skills.campaign import confirmation, keeprule, noise, outputs, pareto
 from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now, parse_iso
@@ -75,7 +76,15 @@ def status_facts(campaign: Campaign) -> dict:
         "best_outputs": _best_outputs(campaign, rows),
         "objectives": [o.to_dict() for o in s.objective_list()],  # the metric first
         "pareto": [p.to_dict() for p in pareto.front(rows, s.objective_list())],  # [] for one objective
+        "confirmed": _confirmed(rows, s.metric, s.direction),  # None before a confirmation run at scale
     }
+
+
+def _confirmed(rows: list[Row], metric: str, direction: str) -> dict | None:
+    """The results confirmed at a larger scale (`confirm:`): each one's gain on the proxy and at scale,
+    with `lines`, the one display of it (campaign/confirmation.py)."""
+    found = confirmation.compare(rows, metric, direction)
+    return found.to_dict() if found else None
 
 
 def _without_holdout(row: dict) -> dict:

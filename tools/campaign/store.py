@@ -106,8 +106,11 @@ class Campaign:
             rows,
             at=at,
             started_at=parse_iso(self.settings.created_at),
-            in_flight=sum(1 for e in launched if not e.is_rerun),
-            queued=sum(1 for e in launched if not e.is_rerun and e.phase is Phase.QUEUED),
+            # a rerun or a confirmation run at scale is no new experiment: it counts in time only
+            in_flight=sum(1 for e in launched if not e.is_rerun and e.confirms is None),
+            queued=sum(
+                1 for e in launched if not e.is_rerun and e.confirms is None and e.phase is Phase.QUEUED
+            ),
             in_flight_gpu_hours=sum(_gpu_hours_so_far(e) for e in launched),
             reserve_seconds=self._finish_reserve(rows),
         )

@@ -68,11 +68,12 @@ class Tried:
 
 
 def tried(rows: Sequence[Row], repo: Path) -> Tried:
-    """Every attempt but the baseline's and reruns, grouped by the knobs it set or the files it changed."""
+    """Every attempt but the baseline's, reruns and confirmation runs at scale, grouped by the knobs it
+    set or the files it changed."""
     pooled = {i: g for g in noise.groups(rows).values() for i in g.indexes}
     found = Tried()
     for row in rows:
-        if row.rerun_of or row.is_baseline:
+        if row.rerun_of or row.is_baseline or row.is_confirmation:  # a run at scale tries no idea
             continue
         group = pooled.get(row.index)
         attempt = Attempt(

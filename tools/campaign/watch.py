@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from autoresearch_skills.accelerators import machine
 from autoresearch_skills.campaign import experiment as lifecycle
+from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.record import Experiment
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import now, parse_iso
@@ -103,7 +104,10 @@ class Watchers:
         elapsed = max(0.0, (now() - parse_iso(began)).total_seconds()) if began else 0.0
         if experiment.own.watch:  # a blueprint's own first-step line and timeout
             policy = s.watch_policy(experiment.own.watch)
+        # pruning compares runs of one scale: a run at a larger scale (`confirm:`) is never pruned,
+        # nor a reference for the others
+        rows = None if experiment.confirms is not None else (lambda: noise.deciding(self.campaign.rows()))
         return RunWatcher(
             experiment.launched.log_path, policy, s.metric, s.direction, s.preset, s.metric_reading(),
-            self.campaign.rows, clock - elapsed, workdir=experiment.run_cwd, started_at=time.time() - elapsed,
+            rows, clock - elapsed, workdir=experiment.run_cwd, started_at=time.time() - elapsed,
         )  # fmt: skip
