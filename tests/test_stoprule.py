@@ -740,3 +740,9 @@ def test_may_start_only_when_another_whole_run_fits():
     assert not stoprule.evaluate(stoprule.parse_text("2 runs"), [], at=T0, in_flight=2).may_start()
     with pytest.raises(ValueError):
         stoprule.evaluate(rules, [], at=T0, in_flight=-1)
+
+
+def test_reruns_in_flight_show_among_the_running_but_are_never_attempts():
+    rules = stoprule.StopRules(max_experiments=8)
+    line = stoprule.evaluate(rules, [], in_flight=1, repeats_running=1).line
+    assert line == "stop condition not yet met: 1/8 attempted (2 running)"

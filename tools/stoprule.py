@@ -526,11 +526,13 @@ def evaluate(
     in_flight: int = 0,
     in_flight_gpu_hours: float = 0.0,
     queued: int = 0,
+    repeats_running: int = 0,
     reserve_seconds: float = 0.0,
 ) -> Verdict:
     """Judge the ledger rows against the rules. `started_at` fixes a relative budget or clock time
     (default: the first row's start, else `at`). `in_flight` runs still going count as attempted
-    (`queued` of them still wait for a slot); `in_flight_gpu_hours` is what they have used so far.
+    (`queued` of them still wait for a slot); `repeats_running` reruns and runs at scale are running too
+    (shown among the running, never counted as attempts); `in_flight_gpu_hours` is what they have used so far.
     `reserve_seconds` before the deadline are kept for the keep rule's finish (campaign/keeprule.py):
     no new experiment starts in them (FINISH_TIME), the finish's reruns do."""
     if in_flight < 0 or not 0 <= in_flight_gpu_hours < math.inf:
@@ -558,7 +560,8 @@ def evaluate(
 
     def progress(stopped: bool, time_left: bool = True, gpu: bool = True) -> list[str]:
         """Where the campaign stands, kept in the line after a stop too."""
-        going = in_flight - min(queued, in_flight)  # queued ones wait for a slot: counted, not running
+        # queued ones wait for a slot: counted, not running; reruns and runs at scale run, uncounted
+        going = in_flight - min(queued, in_flight) + repeats_running
         said = [f"{going} {'still running' if stopped else 'running'}"] if going else []
         said += [f"{min(queued, in_flight)} queued"] if queued and in_flight else []
         running = f" ({', '.join(said)})" if said else ""

@@ -111,6 +111,9 @@ class Campaign:
             queued=sum(
                 1 for e in launched if not e.is_rerun and e.confirms is None and e.phase is Phase.QUEUED
             ),
+            repeats_running=sum(
+                1 for e in launched if (e.is_rerun or e.confirms is not None) and e.phase is not Phase.QUEUED
+            ),
             in_flight_gpu_hours=sum(_gpu_hours_so_far(e) for e in launched),
             reserve_seconds=self._finish_reserve(rows),
         )
