@@ -4,8 +4,9 @@ Generates X_materialized_inputs.jsonl and X.jsonl the way ng_collect_rollouts wr
 (prompts, responses with output text and `usage` token counts including nested details,
 reward, bools, floats, strings, None, results out of order, ~0.5% of rollouts missing),
 then runs `ars profile --allow-partial` as a subprocess and reports its wall time, CPU time
-and peak resident memory (its own and its forked reader's). Goals on a 2-core machine: 10,000 x 8 under 2.5 s and 650 MB; 100,000 x 8
-under 30 s with peak memory below the input size.
+and peak resident memory (its own and its worker process's). The goals, on a 2-core machine, are
+bench/table.py's REWARD_GOALS: 10,000 x 8 within 1 s and 150 MiB; 100,000 x 8 within 6 s and
+500 MiB; both within 2.5 times one orjson parse of the same files.
 
     python bench/bench_reward_profile.py               # 1,000 / 10,000 / 100,000 tasks x 8
     python bench/bench_reward_profile.py --skip-largest
@@ -174,7 +175,7 @@ def measure(inputs: Path, results: Path, out_dir: Path) -> tuple[float, float, f
     """(wall s, CPU s, peak MiB, completion line) of one `ars profile` run.
 
     Peak memory is the largest sum of the resident sizes of the command's processes, sampled
-    every 20 ms (RSS counts pages shared with the forked reader twice: an upper bound)."""
+    every 20 ms (RSS counts pages shared with the forked worker twice: an upper bound)."""
     command = [
         sys.executable, "-m", "autoresearch_skills.reward.cli",
         "--inputs", str(inputs), "--rollouts", str(results), "--allow-partial", "--out-dir", str(out_dir),

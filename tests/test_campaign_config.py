@@ -404,3 +404,13 @@ def test_the_toolkits_own_ignored_folders_are_never_named_for_worktreeinclude(tm
     (repo / "data" / "train.bin").write_bytes(b"\0")  # prepared data a run needs: still named
     warned = ars(repo, "campaign", "validate", "campaign.yaml").stderr
     assert "ignored files (data/" in warned and "session" not in warned
+
+
+def test_the_campaign_folders_own_file_of_an_agent_driven_campaign_validates(tmp_path):
+    repo = make_repo(tmp_path / "project", {"train.py": "print('val_bpb: 1.0')\n"})
+    ars(repo, "campaign", "init", "agent", "--metric", "val_bpb", "--direction", "min",
+        "--command", "python train.py", "--stop", "3 experiments")  # fmt: skip
+    own = repo / "reports" / "auto_research" / "agent" / "campaign.yaml"
+    assert (own.parent / "state.json").exists()
+    done = ars(repo, "campaign", "validate", str(own))  # no `policy:`: an agent drives it
+    assert done.stdout.startswith(f"ok: {own}")

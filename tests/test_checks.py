@@ -75,7 +75,7 @@ def printed_pid(log: Path, word: str) -> int:
 def test_a_run_whose_check_fails_is_a_crash_row_never_kept_while_the_others_are_kept(repo: Path):
     environment = (
         'echo "seen metric=$ARS_METRIC out=$ARS_OUTPUT_DIR exp=$ARS_EXPERIMENT campaign=$ARS_CAMPAIGN '
-        'cwd=$PWD stdin=$(readlink /proc/$$/fd/0)"; sleep 60 & echo "leftover $!"'
+        'cwd=$PWD stdin=$(readlink /proc/$$/fd/0)"; echo "command=$ARS_COMMAND"; sleep 60 & echo "leftover $!"'
     )
     write_campaign(
         repo,
@@ -108,7 +108,7 @@ def test_a_run_whose_check_fails_is_a_crash_row_never_kept_while_the_others_are_
     seen = (run_folder(fine) / "checks.log").read_text()
     outputs = run_folder(fine) / "outputs"
     assert f"seen metric=1.100000 out={outputs} exp=fine campaign=chk cwd={folder(repo)}/worktrees/" in seen
-    assert "stdin=/dev/null" in seen
+    assert "stdin=/dev/null" in seen and f"command={sys.executable} train.py\n" in seen  # the run's own
     assert json.loads((run_folder(fine) / "checks.json").read_text())["passed"] is True
     # what a check left running in its group is stopped after it
     assert not alive(printed_pid(run_folder(fine) / "checks.log", "leftover"))

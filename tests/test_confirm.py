@@ -123,6 +123,11 @@ def test_a_confirm_campaign_shows_proxy_and_confirmed_gains_side_by_side(repo: P
     assert "| confirms #0 at scale |" in report
     assert "order changed at scale: wide beats lr-2" in (folder(repo) / "report.html").read_text()
 
+    # the branch handed to the user says what the larger scale showed
+    ars(repo, "campaign", "finish", "--branch", "scale-result")
+    message = git(repo, "log", "-1", "--format=%B", "scale-result").splitlines()
+    assert [line for line in message if line.startswith(("confirmed at scale:", "order changed"))] == SIDE_BY_SIDE
+
 
 def test_a_confirmation_that_crashes_is_shown_as_a_crash_on_the_agent_path(repo: Path):
     ars(repo, "campaign", "init", "cf", "--metric", "val_bpb", "--direction", "min", "--command",

@@ -4,13 +4,16 @@ broader: `ars skills install --permissions` (an agent left overnight must not st
 The rules (`RULES`, and `command_rules` for the campaign's own command), each a command prefix:
 
     ars                       every ars command: the campaign's writes (commits, worktrees, rows) go
-                              through it
+                              through it. ars starts runs, and `ars run -- CMD` any command: this
+                              rule trusts the agent with what a campaign may run, as the user does
+                              when they leave it the night
     git status|log|diff|show|rev-parse, git branch --list|--show-current, git worktree list
                               reads only: no push, reset, checkout or commit
     tmux ls|list-sessions|capture-pane|has-session
                               reads of the runs' sessions (and the same on the campaign's private
                               server, `tmux -L NAME ...`, when `tmux_socket:` names one); no attach,
                               no kill
+    tail                      reading a run's log (`tail -n 40 LOG`, as the skills say): reads only
     python tools/tmux_wait.py the waiter the skills show in a checkout
     the campaign's command    its program up to the script or module it runs (`python train.py`,
                               `uv run train.py`, `torchrun --nproc_per_node 8 train.py`), one rule
@@ -104,7 +107,7 @@ def _rules(*prefixes: str) -> tuple[Allow, ...]:
 
 GIT_READS = ("git status", "git log", "git diff", "git show", "git rev-parse", "git branch --list", "git branch --show-current", "git worktree list")  # fmt: skip
 TMUX_READS = ("ls", "list-sessions", "capture-pane", "has-session")  # tmux sub-commands that change nothing
-RULES = _rules("ars", *GIT_READS, *(f"tmux {sub}" for sub in TMUX_READS), "python tools/tmux_wait.py")
+RULES = _rules("ars", *GIT_READS, *(f"tmux {sub}" for sub in TMUX_READS), "tail", "python tools/tmux_wait.py")
 
 # Programs that run whatever their arguments say: a prefix that ends with one of them (no script or
 # module after it) would allow every command.

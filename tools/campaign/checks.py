@@ -14,8 +14,9 @@ must never become a parent.
 The contract. Checks run only after a run that printed its metric (a crash, a timeout or a cancel
 has nothing to check), one after another, in the experiment's checkout (`Experiment.run_cwd`), with
 the run's own environment (its devices and thread counts: its slot is still held) plus
-ARS_OUTPUT_DIR (the run's outputs folder), ARS_CAMPAIGN, ARS_EXPERIMENT and ARS_METRIC (the value
-the run printed, as the ledger writes it), and stdin from /dev/null. A check fails on a non-zero
+ARS_OUTPUT_DIR (the run's outputs folder), ARS_CAMPAIGN, ARS_EXPERIMENT, ARS_SLOT, ARS_METRIC (the
+value the run printed, as the ledger writes it) and ARS_COMMAND (the command the run ran, its
+command-line knobs written in), and stdin from /dev/null. A check fails on a non-zero
 exit or when it runs past `checks_timeout`; the first failure ends the checks (the others would
 judge a run already refused) and judge.judge records the run as a crash with the cause
 `checks_failed`: never kept, never a parent, never the best. What the run wrote in its checkout is
@@ -142,6 +143,9 @@ def run(s: Settings, experiment: Experiment, value: float) -> Checked:
         "ARS_CAMPAIGN": s.name,
         "ARS_EXPERIMENT": experiment.key,
         "ARS_METRIC": format_value(value),
+        # the command the run ran, its command-line knobs written in: a check that loads the model
+        # the run saved needs the same architecture flags (`$ARS_COMMAND --sample-only`)
+        "ARS_COMMAND": launched.command,
     }
     log, record = log_of(launched.log_path), record_of(launched.log_path)
     facts: dict[str, Any] = {

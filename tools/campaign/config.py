@@ -158,7 +158,9 @@ def validation(path: Path, cwd: Path) -> Validation:
     if not isinstance(data, dict):
         result.problems.append(f"{where}: must be a mapping (name, metric, direction, command, stop, policy)")
         return result
-    return validation_of(data, cwd, result)
+    # a campaign folder's own file (`ars campaign init`: an agent drives it) needs no policy
+    agent_driven = not data.get("policy") and (path.parent / "state.json").exists()
+    return validation_of(data, cwd, result, needs_policy=not agent_driven)
 
 
 def validation_of(data: dict, cwd: Path, result: Validation, needs_policy: bool = True) -> Validation:
@@ -167,7 +169,8 @@ def validation_of(data: dict, cwd: Path, result: Validation, needs_policy: bool 
     where = result.path
     required = [k.name for k in SETTINGS.values() if k.required and (needs_policy or k.name != "policy")]
     missing = [name for name in required if name not in data]
-    missing += [f"policy.{k.name}" for k in POLICY.values() if k.required and isinstance(data.get("policy"), dict) and k.name not in data["policy"]]  # fmt: skip
+    policy = data.get("policy")
+    missing += [f"policy.{k.name}" for k in POLICY.values() if k.required and isinstance(policy, dict) and (policy or needs_policy) and k.name not in policy]  # fmt: skip
     result.checked.append("required keys")
     result.problems += [f"{where}: lacks `{name}`; see templates/campaign.yaml" for name in missing]
     result.checked.append("keys known")

@@ -138,16 +138,15 @@ class Comparison:
     results: list[Confirmed]
 
     def order_changes(self) -> list[tuple[Confirmed, Confirmed]]:
-        """(winner, loser) at scale for each pair whose order on the proxy was the other way round,
-        the baseline included."""
-        shown = [
+        """(winner, loser) at scale for each pair the campaign ranked the other way round: its best
+        first, then the other results in its order (the one the best's choice used: a shrinkage
+        estimate under screening, not the raw proxy values), the baseline last."""
+        ranked = [
             c for c in [*self.results, *([self.baseline] if self.baseline else [])] if c.value is not None
         ]
         swapped = []
-        for ahead in shown:
-            for behind in shown:
-                if not noise.better(ahead.target.proxy, behind.target.proxy, self.direction):
-                    continue
+        for n, ahead in enumerate(ranked):
+            for behind in ranked[n + 1 :]:
                 assert ahead.value is not None and behind.value is not None
                 if noise.better(behind.value, ahead.value, self.direction):
                     swapped.append((behind, ahead))

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoresearch_skills import gitflow
-from autoresearch_skills.campaign import holdout, keeprule, lineage, noise, screening
+from autoresearch_skills.campaign import confirmation, holdout, keeprule, lineage, noise, screening
 from autoresearch_skills.campaign.finish import command_of_best, support_text
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.errors import BadInput
@@ -131,7 +131,8 @@ def start_commit(rows: list[Row]) -> str | None:
 
 def message(campaign: Campaign, rows: list[Row], best: noise.Best, start: str) -> str:
     """The result commit's message: the gain on its subject line, then the chain of kept changes,
-    the baseline, the best with its claim, the held-out value, the ledger; trailers last."""
+    the baseline, the best with its claim, the held-out value, the gains at a larger scale, the ledger;
+    trailers last."""
     s = campaign.settings
     tree = lineage.build([r for r in rows if r.fingerprint == best.fingerprint], s.direction)
     base = _baseline(tree, rows, s.direction)
@@ -158,6 +159,7 @@ def message(campaign: Campaign, rows: list[Row], best: noise.Best, start: str) -
     held = holdout.comparison(campaign, rows, best, run=False)  # holdout.json: the finish ran the command
     if held:
         lines.append(held)
+    lines += confirmation.lines(rows, s.metric, s.direction)  # `confirm:`: the gains at the larger scale
     ran = command_of_best(campaign, best)
     if ran:
         lines.append(f"command: `{ran}`: its command-line knobs are in the command, not in these files")
