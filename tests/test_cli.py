@@ -227,3 +227,16 @@ def test_frequent_commands_import_no_heavy_library(tmp_path, args):
     done = run(sys.executable, "-c", _PROBE.format(heavy=HEAVY), argv, cwd=tmp_path)
     report = done.stdout.strip().splitlines()[-1]
     assert report == "heavy_modules: []", f"`ars {' '.join(args)}` imports {report}"
+
+
+def test_ledger_show_without_a_path_shows_the_current_campaigns_ledger(tmp_path):
+    from repo_helpers import ars, make_repo
+
+    repo = make_repo(tmp_path / "project", {"train.py": "print('val_bpb: 1.25')\n"})
+    ars(repo, "campaign", "init", "show", "--metric", "val_bpb", "--direction", "min",
+        "--command", f"{sys.executable} train.py", "--stop", "3 experiments")  # fmt: skip
+    ars(repo, "exp", "baseline")
+    shown = ars(repo, "ledger", "show").stdout.splitlines()
+    assert shown[0].split() == ["index", "status", "metric", "elapsed", "branch", "description"]
+    assert shown[1].split()[:3] == ["0", "keep", "1.250000"]
+    assert ars(tmp_path, "ledger", "show", code=2).stderr.strip().endswith("ars ledger show results.tsv")

@@ -108,8 +108,35 @@ def with_campaign_best(ledger_group: click.Group) -> click.Group:
     ledger.py sits below the campaign (ARCHITECTURE.md's layers), so the lookup is wired in here;
     `python tools/ledger.py best PATH -d DIR` keeps the explicit form alone."""
     group = copy.copy(ledger_group)
-    group.commands = {**ledger_group.commands, "best": ledger_best}
+    group.commands = {**ledger_group.commands, "best": ledger_best, "show": ledger_show}
     return group
+
+
+@click.command("show")
+@click.argument("path", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--status", "statuses", multiple=True, help="only rows with this status (repeatable)")
+@click.option("--campaign", "ref", help="campaign name or folder (default: the current one)")
+@click.option("--json", "as_json", is_flag=True, help="a JSON array of rows")
+@click.pass_context
+def ledger_show(
+    ctx: click.Context, path: Path | None, statuses: tuple[str, ...], ref: str | None, as_json: bool
+) -> None:
+    """Print the ledger as an aligned table (or JSON): PATH, else the current campaign's.
+
+    \b
+    Examples:
+      ars ledger show
+      ars ledger show --campaign lr-sweep --status keep
+      ars ledger show results.tsv --json
+    """
+    from autoresearch_skills import ledger
+
+    if path is None or ref is not None:
+        path = _campaign_of(path, ref, "show").ledger  # type: ignore[union-attr]
+    bad = [s for s in statuses if s not in ledger.STATUSES]
+    if bad:
+        raise BadInput(f"--status {bad[0]!r} is not one of {', '.join(ledger.STATUSES)}")
+    ctx.invoke(ledger.show_cmd, path=path, statuses=statuses, as_json=as_json)
 
 
 @click.command("best")
@@ -161,8 +188,8 @@ def ledger_best(path: Path | None, direction: str | None, ref: str | None, as_js
     ledger.print_best(ledger.best(ledger.read(path), direction), as_json)
 
 
-def _campaign_of(path: Path | None, ref: str | None) -> Campaign | None:
-    """The campaign whose ledger `ars ledger best` reads: --campaign's, else the current one when
+def _campaign_of(path: Path | None, ref: str | None, verb: str = "best") -> Campaign | None:
+    """The campaign whose ledger `ars ledger best` (or `show`) reads: --campaign's, else the current one when
     no PATH is given, else the one whose folder holds PATH; None for a ledger of no campaign."""
     from autoresearch_skills.campaign.store import find
 
@@ -173,8 +200,12 @@ def _campaign_of(path: Path | None, ref: str | None) -> Campaign | None:
             if ref:
                 raise
             raise BadInput(
-                f"{err.message}; outside a campaign give the ledger and its direction: "
-                "ars ledger best results.tsv -d min"
+                f"{err.message}; outside a campaign give the ledger"
+                + (
+                    " and its direction: ars ledger best results.tsv -d min"
+                    if verb == "best"
+                    else ": ars ledger show results.tsv"
+                )
             ) from None
     if ref is None:
         folder = path.parent
