@@ -149,8 +149,8 @@ def test_the_report_chain_is_the_path_to_the_best_with_siblings_as_branches(camp
     assert [r.index for r in report.improvements(campaign.rows(), "min")] == [0, 2, 6]
     assert "Not in the chain" not in chain  # every kept experiment is a link or a branch
     table = section(md, "All attempts")
-    assert "| 3 | discard | 0.945000 | -0.075000 | 0.0m | candidate; confirmed by #4 | warm idea |" in table
-    assert "| 4 | keep | 0.935000 | -0.085000 | 0.0m | rerun of #3 | warm idea |" in table
+    assert "| 3 | discard | 0.945000 | -0.065000 | 0.0m | candidate; confirmed by #4 | warm idea |" in table
+    assert "| 4 | keep | 0.935000 | -0.075000 | 0.0m | rerun of #3 | warm idea |" in table
     assert "- #5 `lr-deep` (crash): crash: CUDA out of memory" in section(md, "Failures")
     page = report.write_report(campaign)["html"].read_text()
     assert "<ul>\n<li>branch: #7 <code>autoresearch/x/warm-big</code>" in page

@@ -121,7 +121,9 @@ def with_campaign_best(ledger_group: click.Group) -> click.Group:
 def ledger_show(
     ctx: click.Context, path: Path | None, statuses: tuple[str, ...], ref: str | None, as_json: bool
 ) -> None:
-    """Print the ledger as an aligned table (or JSON): PATH, else the current campaign's.
+    """Print the ledger as an aligned table (or JSON).
+
+    PATH, else the ledger of the current campaign (or of --campaign).
 
     \b
     Examples:
