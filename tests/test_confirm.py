@@ -126,7 +126,9 @@ def test_a_confirm_campaign_shows_proxy_and_confirmed_gains_side_by_side(repo: P
     # the branch handed to the user says what the larger scale showed
     ars(repo, "campaign", "finish", "--branch", "scale-result")
     message = git(repo, "log", "-1", "--format=%B", "scale-result").splitlines()
-    assert [line for line in message if line.startswith(("confirmed at scale:", "order changed"))] == SIDE_BY_SIDE
+    assert [
+        line for line in message if line.startswith(("confirmed at scale:", "order changed"))
+    ] == SIDE_BY_SIDE
 
 
 def test_a_confirmation_that_crashes_is_shown_as_a_crash_on_the_agent_path(repo: Path):

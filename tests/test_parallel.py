@@ -287,7 +287,9 @@ def test_kill_9_during_a_parallel_campaign_then_resume_gives_one_row_per_attempt
     table = rows(repo)
     assert_dense_unique_ledger(table)
     assert sorted(Path(r.branch).name for r in table) == ["baseline", "lr-0", "lr-1", "lr-2", "lr-3"]
-    assert all(r.status in ("keep", "discard") for r in table), [(r.branch, str(r.status), r.reason) for r in table]
+    assert all(r.status in ("keep", "discard") for r in table), [
+        (r.branch, str(r.status), r.reason) for r in table
+    ]
     assert campaign_branches(repo) == {r.branch for r in table}  # no attempt without its row
     assert experiments_in_state(repo) == {}
     probes = all_probes(folder(repo))
