@@ -7,6 +7,7 @@ loads neither numpy nor matplotlib. Runs as `python tools/reward/cli.py` too."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -73,6 +74,8 @@ def cli(
         raise click.UsageError(
             "give --inputs X_materialized_inputs.jsonl and --rollouts X.jsonl, or use `profile compare BEFORE AFTER`"
         )
+    # numpy's BLAS starts a thread per core as it loads (~70 ms); profiling does no linear algebra
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from autoresearch_skills.reward.pass_at_k import parse_ks, parse_success
     from autoresearch_skills.reward.profiler import run_profile
 

@@ -3,16 +3,20 @@
 `run_profile(inputs, rollouts, ...)` is what `ars profile --inputs X_materialized_inputs.jsonl
 --rollouts X.jsonl` runs (the command itself is in cli.py). It writes `X_reward_profiling.jsonl`
 (one row per task, the same rows as NeMo Gym's `ng_reward_profile`) and `X_agent_metrics.json`,
-optionally pass@k (`X_pass_at_k.json`) and plots. Both files are streamed once; statistics are computed for all tasks at once with numpy
-(see stats.py): 10,000 tasks x 8 rollouts take about 2 s of CPU where NeMo Gym takes ~30 s.
+optionally pass@k (`X_pass_at_k.json`) and plots. The files are read once into columns
+(reading.py), joined and profiled here with numpy for all tasks at once (stats.py), and written
+by writing.py; for a big collection a worker process (worker.py) reads half of each file and
+writes half of the profile. 10,000 tasks x 8 rollouts (250 MB) take about 1.4 s of CPU over
+the two processes, where NeMo Gym takes ~30 s.
 
 Format: references/reward-profile-format.md. Exit codes: 0 written, 2 bad input (nothing written).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
-from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,59 +24,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.reward.jsonl_stream import iter_jsonl, read_halves, value_decoder
+from autoresearch_skills.reward.nemo_gym import AGENT_REF, ROLLOUT, TASK
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from autoresearch_skills.reward.inputs import Inputs
     from autoresearch_skills.reward.pass_at_k import PassAtK, SuccessRule
+    from autoresearch_skills.reward.results import Results
     from autoresearch_skills.reward.stats import GroupedStats
+    from autoresearch_skills.reward.worker import Worker
 
-TASK = "_ng_task_index"
-ROLLOUT = "_ng_rollout_index"
-AGENT_REF = "agent_ref"
-ENV_SERVER = "_ng_environment_server"  # NeMo Gym stamps the Environment Server that ran a rollout
-MASK = "mask_sample"  # a result whose reward is not a measurement of the system under test
-KEY_SPAN = 1 << 32  # (task, rollout) -> one int while the rollout index fits in 32 bits
 MAX_LISTED_KEYS = 10
-SPLIT_MIN_BYTES = 32 << 20  # files this big are read by two processes (forking costs ~50 ms)
-NUMBER_TYPES = frozenset((int, float, bool))
-MAX_SCALAR_BYTES = 40  # longest JSON number a writer emits is ~24 bytes; longer values are text or objects
-ROW_CHUNK = 4096  # groups serialised per batch: bounds the Python objects alive at once
+SPLIT_MIN_BYTES = 32 << 20  # files this big are read by two processes (forking costs ~20 ms)
 OUTPUT_TOKEN_METRICS = ("output_tokens", "completion_tokens")  # Responses API, Chat Completions
-
-
-@dataclass
-class _Schema:
-    """Result rows whose numeric fields have the same names in the same order."""
-
-    rows: array = field(default_factory=lambda: array("q"))
-    values: array = field(default_factory=lambda: array("d"))
-
-
-@dataclass
-class _Results:
-    task: array
-    rollout: array
-    line: array
-    masked: bytearray
-    schemas: dict[tuple[str, ...], _Schema]
-    float_metrics: set[str]
-    # rollout_infos entries as JSON, end to end in one buffer (a bytes object each would cost
-    # orjson's 4 KB minimum allocation per rollout); row i is info_blob[info_end[i-1]:info_end[i]]
-    info_blob: bytearray
-    info_end: array
-
-
-@dataclass
-class _Inputs:
-    task: array
-    rollout: array
-    line: array
-    run: array  # id of what ran the row: its Environment Server, else its agent
-    run_keys: list[Any]
-    run_agent: list[Any]  # first agent name seen for each run id
-    samples: dict[tuple[int, int], tuple[int, bytes]]  # (task, run) -> lowest measured rollout
 
 
 @dataclass
@@ -132,22 +97,41 @@ class RewardProfile:
     row_group: np.ndarray  # group of each measured rollout
     row_rank: np.ndarray  # position of each measured rollout in (task, rollout) order
     row_agent: np.ndarray  # index into `agents`
-    info_blob: bytearray
-    row_info_start: np.ndarray  # byte range of each measured rollout's entry in info_blob
+    info_blobs: list[np.ndarray]  # rollout_infos entries (entries.py), the blobs laid end to end
+    row_info_start: np.ndarray  # byte range of each measured rollout's values in those blobs
     row_info_end: np.ndarray
+    info_keys: list[str]  # what the codes in the entries stand for (entries.py)
     starts: np.ndarray  # first measured rollout of each group
     group_task: np.ndarray
     group_agent: np.ndarray  # index into `agents`
     group_expected: np.ndarray
-    group_samples: list[bytes]  # the raw input line of each group's sample
-    stats: GroupedStats
+    inputs_path: Path  # each group's sample is a line of this file:
+    sample_offset: np.ndarray  # where it starts (in a gzip'd file, in its text)
+    sample_length: np.ndarray
     agents: list[Any]  # agent labels, sorted (None first)
-    agent_entries: list[dict[str, Any]]
     completion: Completion
+    # what `agent_entries` are computed from: (task, agent, measured) of each input row, and
+    # (input row, masked) of each result; None in a profile cut for writing
+    agent_inputs: tuple[np.ndarray, ...] | None = None
 
     @property
     def num_groups(self) -> int:
         return len(self.starts)
+
+    @functools.cached_property
+    def stats(self) -> GroupedStats:
+        """Each group's statistics: computed when first asked for, so that a process writing
+        half of the groups computes only theirs."""
+        from autoresearch_skills.reward.stats import grouped_stats
+
+        return grouped_stats(self.values, self.starts)
+
+    @functools.cached_property
+    def agent_entries(self) -> list[dict[str, Any]]:
+        """`_agent_metrics.json`'s entries: computed when first asked for (a process writing the
+        second half of the profile meanwhile)."""
+        assert self.agent_inputs is not None, "a profile cut for writing has no agent metrics"
+        return _agent_entries(self, *self.agent_inputs)
 
     def group_sizes(self) -> np.ndarray:
         import numpy as np
@@ -156,42 +140,39 @@ class RewardProfile:
 
     def iter_rows(self) -> Iterator[bytes]:
         """The `_reward_profiling.jsonl` lines, without newlines, in task order."""
+        for chunk in self.row_chunks():
+            yield from chunk.split(b"\n")[:-1]
+
+    def row_chunks(self) -> Iterator[bytes]:
+        """The `_reward_profiling.jsonl` lines, newlines included, a few thousand tasks at a time."""
+        from autoresearch_skills.reward.writing import profile_lines
+
+        return profile_lines(self)
+
+    def for_writing(self, first: int, stop: int) -> RewardProfile:
+        """Groups first:stop, with only what writing their lines needs (no agent metrics): views,
+        and the whole entry blobs (sent as they are, they cost less than picking out their rows)."""
         import numpy as np
-        import orjson
 
-        from autoresearch_skills.reward.stats import STATS
-
-        keys = [f"{stat}/{metric}" for stat in STATS for metric in self.metrics]
-        sizes = self.group_sizes().tolist()
-        starts = self.starts.tolist()
-        ends = np.append(self.starts[1:], len(self.row_group)).tolist()
-        blob = memoryview(self.info_blob)
-        info_start, info_end = self.row_info_start.tolist(), self.row_info_end.tolist()
-        for first in range(0, self.num_groups, ROW_CHUNK):
-            chunk = slice(first, first + ROW_CHUNK)
-            columns = [_stat_lists(self.stats, stat, self.int_frame, chunk) for stat in STATS]
-            flat = [a + b + c + d + e for a, b, c, d, e in zip(*columns)]
-            tasks = self.group_task[chunk].tolist()
-            agents = self.group_agent[chunk].tolist()
-            expected = self.group_expected[chunk].tolist()
-            for offset, values in enumerate(flat):
-                g = first + offset
-                row: dict[str, Any] = {TASK: tasks[offset]}
-                row.update((k, v) for k, v in zip(keys, values) if v == v)  # v != v: NaN, no value
-                if self.per_agent:
-                    row[AGENT_REF] = {"name": self.agents[agents[offset]]}
-                num = sizes[g]
-                row["sample"] = orjson.Fragment(_sample(self.group_samples[g]))
-                row["num_rollouts"] = num
-                row["expected_num_rollouts"] = expected[offset]
-                row["missing_num_rollouts"] = expected[offset] - num
-                row["reward_profile_completion_pct"] = 100.0 * num / expected[offset]
-                first_row, end_row = starts[g], ends[g]
-                infos = [
-                    blob[a:b] for a, b in zip(info_start[first_row:end_row], info_end[first_row:end_row])
-                ]
-                row["rollout_infos"] = orjson.Fragment(b"[" + b",".join(infos) + b"]")
-                yield orjson.dumps(row)
+        end = int(self.starts[stop]) if stop < self.num_groups else len(self.row_group)
+        rows = slice(int(self.starts[first]) if first < self.num_groups else end, end)
+        groups = slice(first, stop)
+        return dataclasses.replace(
+            self,
+            values=self.values[rows],
+            row_group=self.row_group[rows],
+            row_rank=np.zeros(0, np.int64),
+            row_agent=np.zeros(0, np.int64),
+            row_info_start=self.row_info_start[rows],
+            row_info_end=self.row_info_end[rows],
+            starts=self.starts[groups] - rows.start,
+            group_task=self.group_task[groups],
+            group_agent=self.group_agent[groups],
+            group_expected=self.group_expected[groups],
+            sample_offset=self.sample_offset[groups],
+            sample_length=self.sample_length[groups],
+            agent_inputs=None,
+        )
 
     def metric_column(self, name: str) -> np.ndarray | None:
         if name not in self.metrics:
@@ -204,208 +185,6 @@ class RewardProfile:
             "tasks_profiled": self.num_groups,
             "agents": len(self.agent_entries),
         }
-
-
-def _indexes(fields: dict, path: Path, lineno: int) -> tuple[int, int]:
-    task, rollout = fields.get(TASK), fields.get(ROLLOUT)
-    if type(task) is not int or type(rollout) is not int:
-        raise BadInput(
-            f"{path} line {lineno} lacks integer {TASK} and {ROLLOUT}: profile the files that "
-            "ng_collect_rollouts wrote (X.jsonl and X_materialized_inputs.jsonl)"
-        )
-    return task, rollout
-
-
-def _key(task: int, rollout: int) -> int | tuple[int, int]:
-    return task * KEY_SPAN + rollout if 0 <= rollout < KEY_SPAN else (task, rollout)
-
-
-def read_results(path: Path, split_min_bytes: int = SPLIT_MIN_BYTES) -> _Results:
-    """Keep only what the profile needs from each result: indexes, numeric fields, rollout info.
-    Big plain files are read by two processes, one half each."""
-    parts = read_halves(path, lambda *span: _read_results_span(path, *span), split_min_bytes)
-    return parts[0] if len(parts) == 1 else _merge_results(*parts)
-
-
-def _merge_results(first: _Results, second: _Results) -> _Results:
-    import numpy as np
-
-    offset = len(first.task)
-    for names, schema in second.schemas.items():
-        rows = array("q", (np.frombuffer(schema.rows, np.int64) + offset).tobytes())
-        mine = first.schemas.get(names)
-        if mine is None:
-            first.schemas[names] = _Schema(rows, schema.values)
-        else:
-            mine.rows.extend(rows)
-            mine.values.extend(schema.values)
-    first.task.extend(second.task)
-    first.rollout.extend(second.rollout)
-    first.line.extend(second.line)
-    first.masked.extend(second.masked)
-    first.float_metrics |= second.float_metrics
-    first.info_end.extend(
-        array("q", (np.frombuffer(second.info_end, np.int64) + len(first.info_blob)).tobytes())
-    )
-    first.info_blob += second.info_blob
-    return first
-
-
-def _read_results_span(
-    path: Path, start: int, end: int | None, first_line: int, label: str | None
-) -> _Results:
-    import msgspec
-    import orjson
-
-    class Response(msgspec.Struct):
-        usage: Any = None  # the rest of the response (output text, ...) is skipped unparsed
-
-    dumps = orjson.dumps
-    decode = value_decoder()
-    decode_response = msgspec.json.Decoder(Response).decode
-    task, rollout, line, masked = array("q"), array("q"), array("q"), bytearray()
-    schemas: dict[tuple[tuple[str, ...], tuple[type, ...]], _Schema] = {}
-    info_blob, info_end = bytearray(), array("q")
-    lines = iter_jsonl(path, label and f"{label} rollouts", True, start, end, first_line)
-    for lineno, _raw, obj in lines:
-        # Numbers are short: parse only short values, leave prompts and responses unparsed.
-        fields = {k: decode(v) for k, v in obj.items() if len(v) <= MAX_SCALAR_BYTES}
-        t, r = fields.get(TASK), fields.get(ROLLOUT)
-        if type(t) is not int or type(r) is not int:
-            t, r = _indexes(fields, path, lineno)  # raises: the line lacks integer indexes
-        row = len(info_end)
-        task.append(t)
-        rollout.append(r)
-        line.append(lineno)
-        if MASK in obj and (fields[MASK] if MASK in fields else decode(obj[MASK])):
-            masked.append(1)
-            info_end.append(len(info_blob))
-            continue
-        masked.append(0)
-        # Top-level numbers (bools as 0/1), then the response's usage counts on top, as NeMo Gym merges them.
-        top = {
-            k: int(v) if v is True or v is False else v for k, v in fields.items() if type(v) in NUMBER_TYPES
-        }
-        for k in [k for k in top if k[:1] == "_" or k == MASK]:
-            del top[k]
-        info: dict[str, Any] = {"rollout_id": f"{t}:{r}", TASK: t, ROLLOUT: r}
-        if "reward" in obj:
-            reward = info["reward"] = fields["reward"] if "reward" in fields else decode(obj["reward"])
-        if "response" in fields:  # short enough to be parsed already: `null`, `{}`, ...
-            response = fields["response"]
-            usage = response.get("usage") if type(response) is dict else None
-        elif "response" in obj:
-            try:
-                usage = decode_response(obj["response"]).usage
-            except ValueError:  # a response that is not an object
-                usage = None
-        else:
-            usage = None
-        values = top
-        if type(usage) is dict and usage:
-            counts = {
-                k: int(v) if v is True or v is False else v
-                for k, v in usage.items()
-                if type(v) in NUMBER_TYPES
-            }
-            info.update(counts)
-            values = top | {k: v for k, v in counts.items() if k[:1] != "_"}
-        info.update(top)
-        if "reward" in obj:
-            info["reward"] = reward  # as written, even when it is a bool or not a number
-        info_blob += dumps(info)
-        info_end.append(len(info_blob))
-        vals = values.values()
-        key = (tuple(values), tuple(map(type, vals)))
-        schema = schemas.get(key)
-        if schema is None:
-            schema = schemas[key] = _Schema()
-        schema.rows.append(row)
-        schema.values.extend(vals)
-    return _Results(
-        task, rollout, line, masked, _by_names(schemas), _float_metrics(schemas), info_blob, info_end
-    )
-
-
-def _by_names(
-    schemas: dict[tuple[tuple[str, ...], tuple[type, ...]], _Schema],
-) -> dict[tuple[str, ...], _Schema]:
-    """Merge schemas that differ only in value types (an int reward here, a float one there)."""
-    merged: dict[tuple[str, ...], _Schema] = {}
-    for (names, _kinds), schema in schemas.items():
-        if names in merged:
-            merged[names].rows.extend(schema.rows)
-            merged[names].values.extend(schema.values)
-        else:
-            merged[names] = schema
-    return merged
-
-
-def _float_metrics(schemas: dict[tuple[tuple[str, ...], tuple[type, ...]], _Schema]) -> set[str]:
-    return {name for names, kinds in schemas for name, kind in zip(names, kinds) if kind is float}
-
-
-def read_inputs(path: Path, measured: set, split_min_bytes: int = SPLIT_MIN_BYTES) -> _Inputs:
-    """Index every materialized input row; keep the raw line of each group's sample only.
-    `measured` holds the keys of unmasked results (see `_key`)."""
-    parts = read_halves(path, lambda *span: _read_inputs_span(path, measured, *span), split_min_bytes)
-    return parts[0] if len(parts) == 1 else _merge_inputs(*parts)
-
-
-def _merge_inputs(first: _Inputs, second: _Inputs) -> _Inputs:
-    """Append the second half; its run ids are renumbered into the first half's."""
-    run_ids = {key: i for i, key in enumerate(first.run_keys)}
-    remap = []
-    for key, agent in zip(second.run_keys, second.run_agent):
-        if key not in run_ids:
-            run_ids[key] = len(first.run_keys)
-            first.run_keys.append(key)
-            first.run_agent.append(agent)
-        remap.append(run_ids[key])
-    first.task.extend(second.task)
-    first.rollout.extend(second.rollout)
-    first.line.extend(second.line)
-    first.run.extend(array("q", (remap[r] for r in second.run)))
-    for (task, rid), (rollout, raw) in second.samples.items():
-        key = (task, remap[rid])
-        held = first.samples.get(key)
-        if held is None or rollout < held[0]:
-            first.samples[key] = (rollout, raw)
-    return first
-
-
-def _read_inputs_span(
-    path: Path, measured: set, start: int, end: int | None, first_line: int, label: str | None
-) -> _Inputs:
-    decode = value_decoder()
-    task, rollout, line, run = array("q"), array("q"), array("q"), array("q")
-    run_ids: dict[Any, int] = {}
-    run_keys: list[Any] = []
-    run_agent: list[Any] = []
-    samples: dict[tuple[int, int], tuple[int, bytes]] = {}
-    for lineno, raw, obj in iter_jsonl(path, label and f"{label} inputs", True, start, end, first_line):
-        fields = {k: decode(obj[k]) for k in (TASK, ROLLOUT, AGENT_REF, ENV_SERVER) if k in obj}
-        t, r = _indexes(fields, path, lineno)
-        agent = fields.get(AGENT_REF)
-        name = agent.get("name") if type(agent) is dict else None
-        server = fields.get(ENV_SERVER)
-        key = server if server is not None else name
-        if key is not None and type(key) is not str:
-            key = str(key)
-        rid = run_ids.get(key)
-        if rid is None:
-            rid = run_ids[key] = len(run_keys)
-            run_keys.append(key)
-            run_agent.append(name)
-        task.append(t)
-        rollout.append(r)
-        line.append(lineno)
-        run.append(rid)
-        if _key(t, r) in measured:
-            held = samples.get((t, rid))
-            if held is None or r < held[0]:
-                samples[(t, rid)] = (r, raw)
-    return _Inputs(task, rollout, line, run, run_keys, run_agent, samples)
 
 
 def run_labels(agent_by_run: dict[Any, Any]) -> dict[Any, Any]:
@@ -434,6 +213,18 @@ def _dense_ids(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, int]:
 
     if len(first) == 0:
         return np.zeros(0, dtype=np.int64), 0
+    if first.min() >= 0 and second.min() >= 0:
+        width = int(second.max()) + 1
+        span = (int(first.max()) + 1) * width
+        if span <= 4 * len(first) + 4096:  # small indexes (tasks 0..N): count, do not sort
+            key = first * width + second
+            seen = np.zeros(span, dtype=bool)
+            seen[key] = True
+            rank_of = np.cumsum(seen) - 1
+            return rank_of[key], int(rank_of[-1]) + 1
+        if first.max() < 1 << 31 and width <= 1 << 32:  # one int64 key, in the same order: one sort
+            distinct, ids = np.unique(first << 32 | second, return_inverse=True)
+            return ids.astype(np.int64, copy=False), len(distinct)
     order = np.lexsort((second, first))
     a, b = first[order], second[order]
     new = np.empty(len(a), dtype=bool)
@@ -450,15 +241,15 @@ def _format_keys(tasks: np.ndarray, rollouts: np.ndarray) -> str:
 
 
 def _check_keys(
-    inputs: _Inputs, results: _Results, inputs_path: Path, rollouts_path: Path, allow_partial: bool
+    inputs: Inputs, results: Results, inputs_path: Path, rollouts_path: Path, allow_partial: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Join results to inputs on (task, rollout). Returns (ranks of inputs, ranks of results,
     input row of each result); raises BadInput on duplicates, extra results, or (unless
     allowed) missing ones."""
     import numpy as np
 
-    in_task, in_roll = np.frombuffer(inputs.task, np.int64), np.frombuffer(inputs.rollout, np.int64)
-    res_task, res_roll = np.frombuffer(results.task, np.int64), np.frombuffer(results.rollout, np.int64)
+    in_task, in_roll = inputs.task, inputs.rollout
+    res_task, res_roll = results.task, results.rollout
     n_in = len(in_task)
     ids, n_keys = _dense_ids(np.concatenate([in_task, res_task]), np.concatenate([in_roll, res_roll]))
     in_ids, res_ids = ids[:n_in], ids[n_in:]
@@ -500,31 +291,50 @@ def _check_keys(
     return in_ids, res_ids, res_input
 
 
+def second_process(paths: list[Path], split_min_bytes: int = SPLIT_MIN_BYTES) -> Worker | None:
+    """A worker process for a collection this big, on a machine with a second core."""
+    from autoresearch_skills.reward.worker import Worker, cpus
+
+    big = sum(Path(p).stat().st_size for p in paths if Path(p).is_file()) >= split_min_bytes
+    return Worker() if big and cpus() > 1 else None
+
+
 def profile_files(
     inputs_path: Path,
     rollouts_path: Path,
     allow_partial: bool = False,
     split_min_bytes: int = SPLIT_MIN_BYTES,
+    worker: Worker | None = None,
 ) -> RewardProfile:
     """Read, join and profile a NeMo Gym collection. Raises BadInput for anything NeMo Gym refuses.
-    Files of `split_min_bytes` or more are read by two processes."""
-    import numpy as np
-
-    from autoresearch_skills.reward.stats import group_starts, grouped_stats
-
+    Files of `split_min_bytes` or more are read by two processes (`worker`'s, or one started here)."""
     inputs_path, rollouts_path = Path(inputs_path), Path(rollouts_path)
     for path, flag in ((inputs_path, "--inputs"), (rollouts_path, "--rollouts")):
         if not path.is_file():
             raise BadInput(f"{path} not found ({flag}): check the path")
-    results = read_results(rollouts_path, split_min_bytes)
-    masked = np.frombuffer(bytes(results.masked), np.uint8).astype(bool)
-    measured_keys = _measured_keys(results, masked)
-    inputs = read_inputs(inputs_path, measured_keys, split_min_bytes)
-    del measured_keys
+    if worker is not None:
+        return _profile(inputs_path, rollouts_path, allow_partial, split_min_bytes, worker)
+    own = second_process([inputs_path, rollouts_path], split_min_bytes)
+    try:
+        return _profile(inputs_path, rollouts_path, allow_partial, split_min_bytes, own)
+    finally:
+        if own is not None:
+            own.close()
+
+
+def _profile(
+    inputs_path: Path, rollouts_path: Path, allow_partial: bool, split_min_bytes: int, worker: Worker | None
+) -> RewardProfile:
+    import numpy as np
+
+    from autoresearch_skills.reward.reading import read_collection
+    from autoresearch_skills.reward.stats import group_starts
+
+    results, inputs = read_collection(inputs_path, rollouts_path, split_min_bytes, worker)
+    masked = results.masked
     in_ids, res_ids, res_input = _check_keys(inputs, results, inputs_path, rollouts_path, allow_partial)
 
-    in_task = np.frombuffer(inputs.task, np.int64)
-    in_run = np.frombuffer(inputs.run, np.int64)
+    in_task, in_run = inputs.task, inputs.run
     completion = _completion(in_task, in_run, in_ids, res_ids, int(masked.sum()))
 
     # Quality metrics come from measured rollouts only; a masked rollout's input row leaves with it.
@@ -537,7 +347,7 @@ def profile_files(
     run_agent = np.array([agent_rank[labels.get(key)] for key in inputs.run_keys], dtype=np.int64)
     in_agent = run_agent[in_run] if len(in_run) else np.zeros(0, dtype=np.int64)
     m_task, m_agent = in_task[in_measured], in_agent[in_measured]
-    per_agent = len(np.unique(m_task)) < _dense_ids(m_task, m_agent)[1]
+    per_agent = len(agents) > 1 and len(np.unique(m_task)) < _dense_ids(m_task, m_agent)[1]
 
     in_group = np.full(len(in_task), -1, dtype=np.int64)
     in_group[in_measured] = _dense_ids(m_task, m_agent if per_agent else np.zeros_like(m_task))[0]
@@ -546,18 +356,21 @@ def profile_files(
     rows = np.flatnonzero(~masked)
     row_input = res_input[rows]
     group_all = in_group[row_input]
-    order = np.lexsort((res_ids[rows], group_all))  # by group, then (task, rollout)
+    if per_agent:
+        order = np.lexsort((res_ids[rows], group_all))  # by group, then (task, rollout)
+    else:  # a group is a task: (task, rollout) order is group order; the ranks are distinct, count
+        at = np.full(int(res_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
+        at[res_ids[rows]] = np.arange(len(rows))
+        order = at[at >= 0]
     rows, row_input, group_all = rows[order], row_input[order], group_all[order]
-    present, row_group = np.unique(group_all, return_inverse=True)
-    starts = group_starts(row_group)
+    starts = group_starts(group_all)
+    present = group_all[starts]
+    row_group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(group_all))))
 
     metrics, int_frame = _metric_order(results, res_ids, rows)
-    values = _values_matrix(results, metrics, len(results.task))[rows]
-    stats = grouped_stats(values, starts)
+    values = _values_matrix(results, metrics, rows)
+    # The sample is the input row of the group's lowest measured rollout: its first row.
     first_inputs = row_input[starts]
-    group_samples = [inputs.samples[(inputs.task[i], inputs.run[i])][1] for i in first_inputs.tolist()]
-    info_end = np.frombuffer(results.info_end, np.int64)
-    info_start = np.concatenate([[0], info_end[:-1]]).astype(np.int64)
     row_agent = in_agent[row_input]
     profile = RewardProfile(
         metrics=metrics,
@@ -567,41 +380,22 @@ def profile_files(
         row_group=row_group,
         row_rank=res_ids[rows],
         row_agent=row_agent,
-        info_blob=results.info_blob,
-        row_info_start=info_start[rows],
-        row_info_end=info_end[rows],
+        info_blobs=results.info_blobs,
+        row_info_start=results.info_start[rows],
+        row_info_end=results.info_end[rows],
+        info_keys=results.info_keys,
         starts=starts,
         group_task=in_task[first_inputs],
         group_agent=in_agent[first_inputs],
         group_expected=expected_all[present] if len(present) else np.zeros(0, dtype=np.int64),
-        group_samples=group_samples,
-        stats=stats,
+        inputs_path=inputs_path,
+        sample_offset=inputs.offset[first_inputs],
+        sample_length=inputs.length[first_inputs],
         agents=agents,
-        agent_entries=[],
         completion=completion,
+        agent_inputs=(in_task, in_agent, in_measured, res_input, masked),
     )
-    profile.agent_entries = _agent_entries(profile, in_task, in_agent, in_measured, res_input, masked)
     return profile
-
-
-def _measured_keys(results: _Results, masked: np.ndarray) -> set:
-    """`_key(task, rollout)` of every unmasked result, built in C when the keys fit in int64."""
-    import numpy as np
-
-    task = np.frombuffer(results.task, np.int64)[~masked]
-    rollout = np.frombuffer(results.rollout, np.int64)[~masked]
-    if len(task) and (rollout.min() >= 0 and rollout.max() < KEY_SPAN and np.abs(task).max() < KEY_SPAN // 2):
-        return set((task * KEY_SPAN + rollout).tolist())
-    return {_key(t, r) for t, r in zip(task.tolist(), rollout.tolist())}
-
-
-def _sample(raw: bytes) -> bytes:
-    import orjson
-
-    row = orjson.loads(raw)
-    row.pop(TASK, None)
-    row.pop(ROLLOUT, None)
-    return orjson.dumps(row)
 
 
 def _completion(
@@ -611,7 +405,9 @@ def _completion(
     import numpy as np
 
     groups, n_groups = _dense_ids(in_task, in_run)
-    done = np.isin(in_ids, res_ids)
+    answered = np.zeros(max(int(in_ids.max(initial=-1)), int(res_ids.max(initial=-1))) + 1, dtype=bool)
+    answered[res_ids] = True
+    done = answered[in_ids]
     expected = np.bincount(groups, minlength=n_groups)
     completed = np.bincount(groups, weights=done, minlength=n_groups).astype(np.int64)
     return Completion(
@@ -625,7 +421,7 @@ def _completion(
     )
 
 
-def _metric_order(results: _Results, res_ids: np.ndarray, rows: np.ndarray) -> tuple[list[str], bool]:
+def _metric_order(results: Results, res_ids: np.ndarray, rows: np.ndarray) -> tuple[list[str], bool]:
     """Metric columns in NeMo Gym's order: first appearance when the measured results are read
     in (task, rollout) order. Also whether every metric is an int in every measured rollout."""
     import numpy as np
@@ -633,9 +429,10 @@ def _metric_order(results: _Results, res_ids: np.ndarray, rows: np.ndarray) -> t
     rank = np.full(len(results.task), np.iinfo(np.int64).max, dtype=np.int64)
     rank[rows] = res_ids[rows]
     firsts = []
-    for names, schema in results.schemas.items():
-        schema_rows = np.frombuffer(schema.rows, np.int64)
-        firsts.append((int(rank[schema_rows].min()), names, len(schema_rows)))
+    for names, chunks in results.metric_layouts.items():
+        count = sum(len(chunk) for chunk in chunks)
+        first = min(int(rank[chunk].min()) for chunk in chunks if len(chunk))
+        firsts.append((first, names, count))
     metrics: dict[str, int] = {}
     present: Counter[str] = Counter()
     for _first, names, count in sorted(firsts, key=lambda item: item[0]):
@@ -648,17 +445,19 @@ def _metric_order(results: _Results, res_ids: np.ndarray, rows: np.ndarray) -> t
     return list(metrics), int_frame
 
 
-def _values_matrix(results: _Results, metrics: list[str], n_rows: int) -> np.ndarray:
+def _values_matrix(results: Results, metrics: list[str], rows: np.ndarray) -> np.ndarray:
+    """(measured rollouts in `rows` order, metrics); NaN where a rollout lacks a metric. The
+    blocks it is made of are let go one by one."""
     import numpy as np
 
     column = {name: i for i, name in enumerate(metrics)}
-    values = np.full((n_rows, len(metrics)), np.nan)
-    for names, schema in results.schemas.items():
-        if not names:
-            continue
-        schema_rows = np.frombuffer(schema.rows, np.int64)
-        block = np.frombuffer(schema.values, np.float64).reshape(len(schema_rows), len(names))
-        values[schema_rows[:, None], np.array([column[n] for n in names])] = block
+    position = np.full(len(results.task), -1, dtype=np.int64)
+    position[rows] = np.arange(len(rows))
+    values = np.full((len(rows), len(metrics)), np.nan)
+    while results.metric_blocks:
+        names, block_rows, block = results.metric_blocks.pop()
+        if names:
+            values[position[block_rows][:, None], np.array([column[n] for n in names])] = block
     return values
 
 
@@ -675,11 +474,15 @@ def _agent_entries(
 
     from autoresearch_skills.reward.stats import STATS, group_starts, grouped_stats
 
-    # Within an agent, (task, rollout) order: the order NeMo Gym's per-agent frame sums in.
-    order = np.lexsort((profile.row_rank, profile.row_agent))
-    agent_rows = profile.row_agent[order]
+    # Within an agent, (task, rollout) order: the order NeMo Gym's per-agent frame sums in. With
+    # one agent the rows are in that order already: no copy of the values.
+    agent_rows, ordered = profile.row_agent, profile.values
+    one_agent = len(agent_rows) and (agent_rows == agent_rows[0]).all()
+    if not (one_agent and (np.diff(profile.row_rank) > 0).all()):
+        order = np.lexsort((profile.row_rank, profile.row_agent))
+        agent_rows, ordered = agent_rows[order], ordered[order]
     starts = group_starts(agent_rows)
-    stats = grouped_stats(profile.values[order], starts)
+    stats = grouped_stats(ordered, starts)
     stat_row = {int(agent_rows[s]): g for g, s in enumerate(starts.tolist())}
     res_agent = in_agent[res_input]
     entries = []
@@ -823,11 +626,35 @@ def run_profile(
     plots_dir: Path | None = None,
 ) -> ProfileRun:
     """Profile, then write every requested output; nothing is written if any step fails."""
+    import autoresearch_skills.reward.reading  # noqa: F401 - numpy & co. loaded once, before the fork shares them
+    import autoresearch_skills.reward.writing  # noqa: F401
+
+    worker = second_process([Path(inputs), Path(rollouts)])
+    try:
+        return _run_profile(inputs, rollouts, allow_partial, out_dir, pass_k, success, plots_dir, worker)
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+def _run_profile(
+    inputs: Path,
+    rollouts: Path,
+    allow_partial: bool,
+    out_dir: Path | None,
+    pass_k: list[int] | None,
+    success: SuccessRule | None,
+    plots_dir: Path | None,
+    worker: Worker | None,
+) -> ProfileRun:
     import orjson
 
     from autoresearch_skills.reward.pass_at_k import compute_pass_at_k, parse_success
+    from autoresearch_skills.reward.worker import release_memory
+    from autoresearch_skills.reward.writing import write_profile
 
-    profile = profile_files(inputs, rollouts, allow_partial)
+    profile = profile_files(inputs, rollouts, allow_partial, worker=worker)
+    release_memory()  # what reading and joining let go, before the writing needs more
     run = ProfileRun(profile, output_paths(Path(rollouts), out_dir))
     if pass_k:
         rule = success or parse_success("reward>=1")
@@ -848,10 +675,10 @@ def run_profile(
         pngs = {Path(plots_dir) / name: data for name, data in rendered.items()}
     staged = _Staged()
     try:
-        with open(staged.path(run.outputs["profile"]), "wb") as handle:
-            for line in profile.iter_rows():
-                handle.write(line)
-                handle.write(b"\n")
+        # the agent metrics are computed while the worker writes its half of the profile
+        write_profile(
+            profile, staged.path(run.outputs["profile"]), worker, meanwhile=lambda: profile.agent_entries
+        )
         staged.write_bytes(run.outputs["agent_metrics"], orjson.dumps(profile.agent_entries))
         if run.pass_at_k is not None:
             report = run.pass_at_k.to_dict(group_keys(profile))
