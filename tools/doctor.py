@@ -27,6 +27,7 @@ import click
 from autoresearch_skills.accelerators import cores as cpu_cores
 from autoresearch_skills.accelerators import machine
 from autoresearch_skills.accelerators.device import COMMAND_TIMEOUT, Device
+from autoresearch_skills.campaign.pool import Pool
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, run_cli
 
 REQUIREMENTS = ("gpu", "tmux", "git", "slurm", "ray", "torch")
@@ -119,7 +120,8 @@ def pool_line(vendor: str, gpus: list[Device], parallel: int | None) -> str:
     usable = cpu_cores.usable()
     if at < 2:
         return f"CPU only: {len(usable)} cores, one run at a time uses them all (parallel 1)"
-    each = len(usable) // at
+    split = Pool(parallel=at, accelerator="cpu").cpu_share()  # the pool's own split of the cores
+    each = split.per_run if split else 0
     if not each:
         return f"CPU only: {len(usable)} cores, fewer than the {at} runs: not pinned, 1 thread each at parallel {at}"
     share = "one core" if each == 1 else f"{each} cores"

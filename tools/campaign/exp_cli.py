@@ -20,7 +20,7 @@ import click
 from autoresearch_skills import knobs, notices, runoutputs
 from autoresearch_skills.accelerators import cores as cpu_cores
 from autoresearch_skills.accelerators.machine import VISIBILITY
-from autoresearch_skills.campaign import experiment, noise, outputs, prediction, scheduler, screening
+from autoresearch_skills.campaign import experiment, noise, outputs, owed, prediction, scheduler, screening
 from autoresearch_skills.campaign.experiment import select, settled_state
 from autoresearch_skills.campaign.finish import finished, wrap_up
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
@@ -145,7 +145,7 @@ CANDIDATE_SAID = "candidate: within noise of the best, not kept until its rerun 
 def _next_rerun(campaign: Campaign, verdict: Verdict) -> noise.Action | None:
     """The rerun the noise rule asks for: before a new experiment, and after a count stopped the
     campaign while time remains (the best must not rest on one draw)."""
-    return experiment.owed_rerun(campaign)
+    return owed.owed_rerun(campaign)
 
 
 def _wrap_up_if_over(campaign: Campaign) -> None:

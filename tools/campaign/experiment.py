@@ -28,7 +28,6 @@ from autoresearch_skills.campaign import checks, noise, owed, seeding, workdirs
 from autoresearch_skills.campaign import judge as judging
 from autoresearch_skills.campaign import outputs as kept_outputs
 from autoresearch_skills.campaign.finish import close_sessions
-from autoresearch_skills.campaign.owed import next_rerun, owed_rerun  # noqa: F401 (their old home)
 from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS, Grant
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
 from autoresearch_skills.campaign.state import CampaignState

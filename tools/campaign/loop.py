@@ -34,7 +34,7 @@ from types import FrameType
 from typing import TextIO
 
 from autoresearch_skills.accelerators import cores as cpu_cores
-from autoresearch_skills.campaign import confirm, experiment, keeprule, noise, scheduler, screening
+from autoresearch_skills.campaign import confirm, experiment, keeprule, noise, owed, scheduler, screening
 from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.proposals import (
     MAX_RETRIES,
@@ -344,7 +344,7 @@ class Loop:
         while self.free_slots() > 0 and not self.interrupts.requested:
             if not self.go_on(quiet=True):
                 return
-            action = experiment.next_rerun(self.campaign)
+            action = owed.next_rerun(self.campaign)
             if action is not None:  # the noise rule first: confirm a candidate, firm up the best
                 record = experiment.reopen(self.campaign, f"#{action.rerun_of}", "rerun")
                 self.out.event("rerun", f"rerun of #{action.rerun_of}: {action.reason}", key=record.key)
@@ -378,7 +378,7 @@ class Loop:
 
     def rerun_one_owed(self) -> bool:
         """Launch the next owed rerun; whether one was launched."""
-        action = experiment.owed_rerun(self.campaign)
+        action = owed.owed_rerun(self.campaign)
         if action is None:
             return False
         rows = self.campaign.rows()
