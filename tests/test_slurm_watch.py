@@ -50,6 +50,10 @@ class SlurmCalls:
 
 @pytest.fixture
 def calls(tmp_path: Path, monkeypatch) -> SlurmCalls:
+    return counting_shims(tmp_path, monkeypatch)
+
+
+def counting_shims(tmp_path: Path, monkeypatch) -> SlurmCalls:
     """Put counting shims first on PATH (for this process and every child it starts)."""
     shims = tmp_path / "shims"
     shims.mkdir()

@@ -55,6 +55,7 @@ class Report:
     pool: str  # what a campaign's pool uses here, in one line
     notes: list[str] = field(default_factory=list)
     tmux_server: str | None = None  # the current campaign's tmux server, when it uses tmux
+    slurm_allocation: str | None = None  # the current campaign's Slurm allocation, when it has one
     ray: dict | None = None  # cluster_info() of the Ray cluster runs would go to; None: Ray not installed
 
     def to_dict(self) -> dict:
@@ -82,6 +83,7 @@ class Report:
             *([f"tmux_server: {self.tmux_server}"] if self.tmux_server else []),
             f"git: {self.git or 'none (git not found)'}",
             f"slurm: {self.slurm or 'none (sbatch not found)'}",
+            *([f"slurm_allocation: {self.slurm_allocation}"] if self.slurm_allocation else []),
             *([_ray_line(self.ray)] if self.ray is not None else []),
             f"torch: {self.torch or 'none (not importable)'}",
         ]
@@ -262,6 +264,7 @@ def diagnose(path: str | Path = ".") -> Report:
         pool=pool_line(vendor, gpus, _campaign_parallel()),
         notes=notes,
         tmux_server=campaign_tmux_server(),
+        slurm_allocation=_campaign_allocation(),
         ray=_ray_cluster(),
     )
 
@@ -273,6 +276,18 @@ def _campaign_parallel() -> int | None:
 
     try:
         return find(None, cwd=".").settings.pool().parallel
+    except (BadInput, OSError, ValueError):
+        return None
+
+
+def _campaign_allocation() -> str | None:
+    """The Slurm allocation of the campaign found from here (`slurm_allocation: campaign`), in one line."""
+    from autoresearch_skills.campaign import allocation
+    from autoresearch_skills.campaign.store import find
+    from autoresearch_skills.errors import BadInput
+
+    try:
+        return allocation.line(find(None, cwd="."))
     except (BadInput, OSError, ValueError):
         return None
 

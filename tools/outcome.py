@@ -70,6 +70,9 @@ class CrashCause(str, Enum):
     RUNNER_DIED = "runner_died"  # its supervisor died twice (the machine, the orchestrator, a kill)
     LOST_SESSION = "lost_session"  # its tmux session or server vanished under it
     LOST = "lost"  # the cluster (Slurm, Ray) lost the job
+    ALLOCATION_ENDED = (
+        "allocation_ended"  # the campaign's Slurm allocation ended under it (time limit, preemption, scancel)
+    )
     CANCELLED = "cancelled"  # cancelled by a person or a signal (`ars exp cancel`, Ctrl-C, scancel)
     CHECKS_FAILED = "checks_failed"  # it gave its metric, then one of the campaign's `checks:` failed
     # decided without a run's end
@@ -90,6 +93,7 @@ _NOT_THE_IDEAS = frozenset(
     {
         CrashCause.DEADLINE, CrashCause.RUNNER_DIED, CrashCause.LOST_SESSION, CrashCause.LOST,
         CrashCause.CANCELLED, CrashCause.STOP_RULE, CrashCause.MARKED, CrashCause.DISK_FULL,
+        CrashCause.ALLOCATION_ENDED,
     }
 )  # fmt: skip
 

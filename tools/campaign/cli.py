@@ -184,6 +184,8 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
             if key == "claim" and value is None:
                 continue  # the noise rule: `best:` says it all
             click.echo(f"{key}: {value if value is not None else '-'}")
+        if facts["slurm_allocation"]:
+            click.echo(f"slurm_allocation: {facts['slurm_allocation']}")
         for item in facts["in_flight"]:
             click.echo(f"in_flight: {item['line']}")
         if not facts["in_flight"]:
@@ -512,7 +514,8 @@ def pause_cmd(ref: str | None, reason: str) -> None:
     """Pause a campaign: agents' stop hooks let them stop; `ars campaign resume` continues.
 
     Writes a `paused` file (reason, time) into the campaign folder. Nothing running is
-    cancelled and no row is written: a run in flight finishes and is recorded as usual.
+    cancelled and no row is written: a run in flight finishes and is recorded as usual. A
+    campaign's Slurm allocation (`slurm_allocation: campaign`) is released once no run is in it.
 
     \b
     Examples:
@@ -522,6 +525,11 @@ def pause_cmd(ref: str | None, reason: str) -> None:
     campaign = find(ref)
     record = campaign.pause(reason)
     click.echo(f"paused: {campaign.settings.name} ({record['reason']})")
+    from autoresearch_skills.campaign import allocation
+
+    released = allocation.release(campaign)  # its GPUs go back once the runs in flight have ended
+    if released:
+        click.echo(released)
     click.echo("resume with: ars campaign resume" + (f" {ref}" if ref else ""))
 
 

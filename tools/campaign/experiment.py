@@ -24,7 +24,7 @@ from typing import Any
 
 from autoresearch_skills import gitflow, knobs, notices, runoutputs
 from autoresearch_skills.accelerators import cores as cpu_cores
-from autoresearch_skills.campaign import checks, noise, owed, seeding, workdirs
+from autoresearch_skills.campaign import allocation, checks, noise, owed, seeding, workdirs
 from autoresearch_skills.campaign import judge as judging
 from autoresearch_skills.campaign import outputs as kept_outputs
 from autoresearch_skills.campaign.finish import close_sessions
@@ -468,6 +468,8 @@ def launcher_for(campaign: Campaign) -> Launcher:
         return get_launcher("tmux", socket=s.tmux_socket)
     if s.launcher == "ray":
         return get_launcher("ray", address=s.ray_address, working_dir=s.ray_working_dir)
+    if allocation.enabled(campaign):
+        return get_launcher("slurm", allocation=allocation.folder(campaign))
     return get_launcher(s.launcher)
 
 
@@ -712,7 +714,12 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     else:
         seeding.write_seed(campaign, experiment)
         _note_untracked(campaign, experiment, spec.log_path)
+        asked = allocation.ensure(campaign, verdict.remaining_seconds) if allocation.enabled(campaign) else ""
         run = launcher_for(campaign).start(spec)
+        if asked:  # a new allocation for the campaign: whoever launched the run says so
+            run.extra[allocation.ASKED] = asked
+            run.save()
+            note_event(asked, campaign.repo)
     experiment.fingerprint = experiment.fingerprint or judging.fingerprint_of(campaign, experiment)
     experiment.phase, experiment.commit, experiment.run = (
         Phase.RUNNING,

@@ -49,6 +49,9 @@ def judge(campaign: Campaign, experiment: Experiment, run_state: State) -> Resul
     elif lost_place := vanished(experiment, run_state):
         # nobody cancelled it: the session or server went away
         status, cause, reason = Status.CRASH, CrashCause.LOST_SESSION, lost_place
+    elif run_state.name == "cancelled" and run.reload().extra.get("allocation_ended"):
+        # the allocation went (its limit, preemption, a scancel of it): not the idea's doing
+        status, cause, reason = Status.CANCELLED, CrashCause.ALLOCATION_ENDED, run_state.detail
     elif run_state.name == "cancelled":
         status, cause, reason = Status.CANCELLED, CrashCause.CANCELLED, "cancelled"
     elif run_state.name == "lost":

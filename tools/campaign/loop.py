@@ -34,7 +34,16 @@ from types import FrameType
 from typing import TextIO
 
 from autoresearch_skills.accelerators import cores as cpu_cores
-from autoresearch_skills.campaign import confirm, experiment, keeprule, noise, owed, scheduler, screening
+from autoresearch_skills.campaign import (
+    allocation,
+    confirm,
+    experiment,
+    keeprule,
+    noise,
+    owed,
+    scheduler,
+    screening,
+)
 from autoresearch_skills.campaign.policy_settings import PolicySettings
 from autoresearch_skills.campaign.proposals import (
     MAX_RETRIES,
@@ -412,6 +421,8 @@ class Loop:
                 + (f", {cpu_cores.phrase(record.cores)}" if record.cores else "")
             )
             limit = f"{format_duration(record.timeout)} limit" if record.timeout is not None else "no limit"
+            if run.extra.get(allocation.ASKED):
+                self.out.event("allocation", run.extra[allocation.ASKED], job=run.extra.get("allocation_job"))
             self.out.event(
                 "launch",
                 f"started {key} on {where} ({run.launcher} {run.run_id}, {limit})",
@@ -728,6 +739,10 @@ class Loop:
         if self.campaign.settings.confirm and not verdict.should_continue and self.broken is None:
             self.confirm_at_scale()
             verdict = self.campaign.verdict()
+        if not self.interrupts.requested or not self.campaign.state.read().launched:
+            released = allocation.release(self.campaign)  # no idle GPUs held for a campaign that is done
+            if released:
+                self.out.event("allocation", released)
         if self.interrupts.requested:
             self.out.event("stopped", "stopped on interrupt; resume with `ars campaign resume`")
         else:

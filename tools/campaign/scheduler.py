@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from autoresearch_skills.campaign import allocation
 from autoresearch_skills.campaign import experiment as lifecycle
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
 from autoresearch_skills.campaign.store import Campaign
@@ -42,6 +43,7 @@ def tick(campaign: Campaign, reporting: set[str] | None = None) -> list[Ended]:
     others are left for `ars exp wait`."""
     ended: list[Ended] = []
     launcher = lifecycle.launcher_for(campaign)
+    allocation.beat(campaign)  # whoever moves the campaign on keeps its Slurm allocation
     for record in lifecycle.settled_state(campaign).running:
         run = record.launched
         run_state = launcher.status(run)

@@ -428,6 +428,11 @@ class Settings:
     checks_timeout: str | float = "10m"                          # each check's own limit
     result_branch: str | None = None                             # None: no result branch at the end
     confirm: dict[str, Any] = field(default_factory=dict)        # {}: no confirmation at a larger scale
+    slurm_allocation: str = "per_run"                            # per_run: a job per run; campaign: steps
+    slurm_grace: str | float = "10m"                             # an allocation idle this long is released
+    account: str | int | None = None
+    qos: str | int | None = None
+    constraint: str | None = None
     # fmt: on
 
     @classmethod
@@ -621,6 +626,11 @@ SETTINGS: dict[str, Key] = _declared(Settings, [
     Key("checks_timeout", duration(above_zero=True), "each check's time limit: past it, the check and every process it started are killed, and it has failed"),
     Key("result_branch", text(), "a branch the unattended loop makes when the campaign ends (as `ars campaign finish --branch NAME` does): the best's change as one commit on the commit the campaign started from, its message the chain of kept changes and the evidence; none when nothing beat the baseline"),
     Key("confirm", confirm_section(), "confirmation at a larger scale: `set:` and `args:` (knobs as a proposal's) make the runs bigger, `top:` how many of the best results besides the baseline (default 2), optional `command:` and `timeout:` at scale; the unattended loop runs them at its end while the deadline allows (`ars campaign confirm` at any time), each once, on a branch of its own; never part of a keep decision", where="file"),
+    Key("slurm_allocation", choice("per_run", "campaign"), "Slurm: per_run (each run its own sbatch job, queued on its own) or campaign (one allocation for the whole campaign, each run a job step in it that starts in about a second; released when the campaign ends, pauses, or sits idle past `slurm_grace`)"),
+    Key("slurm_grace", duration(above_zero=True), "Slurm, slurm_allocation campaign: how long the allocation waits with no step running and no word from the campaign (a loop killed and not resumed) before it releases itself; enforced inside the allocation"),
+    Key("account", slurm_value(), "Slurm: the account charged (sbatch --account)"),
+    Key("qos", slurm_value(), "Slurm: the quality of service (sbatch --qos)"),
+    Key("constraint", text(), "Slurm: node features the runs need (sbatch --constraint), e.g. a100|h100"),
 ])
 
 POLICY: dict[str, Key] = _declared(PolicySettings, [

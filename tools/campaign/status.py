@@ -17,7 +17,7 @@ from typing import Any
 
 from autoresearch_skills import gitflow
 from autoresearch_skills.accelerators import cores as cpu_cores
-from autoresearch_skills.campaign import confirmation, keeprule, noise, outputs, pareto
+from autoresearch_skills.campaign import allocation, confirmation, keeprule, noise, outputs, pareto
 from autoresearch_skills.campaign.record import Experiment, Phase
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import format_duration, now, parse_iso
@@ -67,6 +67,7 @@ def status_facts(campaign: Campaign) -> dict:
         "latest": _describe_row(latest, s.metric) if latest else None,
         "current_branch": branch,
         "pool": s.pool().describe(),
+        "slurm_allocation": allocation.line(campaign),  # None: runs are jobs of their own (or not Slurm)
         "in_flight": in_flight,
         "running": "; ".join(f["line"] for f in in_flight if f["phase"] == "running") or None,
         "open": [f["key"] for f in in_flight if f["phase"] in ("opening", "open")],

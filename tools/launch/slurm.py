@@ -37,6 +37,7 @@ from datetime import datetime
 from pathlib import Path
 
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.launch import slurm_steps
 from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug, wait_polling
 from autoresearch_skills.launch.local import prepare_run, record
 from autoresearch_skills.launch.proctree import alive, kill_tree, read_proc
@@ -61,6 +62,7 @@ RESOURCE_OPTIONS = {
     "cpus": "--cpus-per-task",
     "account": "--account",
     "qos": "--qos",
+    "constraint": "--constraint",
 }
 
 # Slurm job state -> our state (PENDING and RUNNING: slurm_watch.py); a final state's exit code
@@ -96,14 +98,18 @@ _ars_exit $?
 class SlurmLauncher:
     name = "slurm"
 
-    def __init__(self, **options: object):
-        """Options of other launchers (socket=...) are accepted and ignored, so a caller can
-        pass one set of options whatever the launcher."""
+    def __init__(self, allocation: str | Path | None = None, **options: object):
+        """`allocation`: the folder of the campaign's allocation (slurm_allocation.py): runs start as
+        its job steps (slurm_steps.py) rather than jobs of their own. Options of other launchers
+        (socket=...) are accepted and ignored, so a caller can pass one set whatever the launcher."""
+        self.allocation = Path(allocation) if allocation else None
 
     # -- start ------------------------------------------------------------------
 
     def start(self, spec: RunSpec) -> Run:
         options = resource_options(spec.resources)  # our own checks first, Slurm here or not
+        if self.allocation is not None:
+            return slurm_steps.start(spec, self.allocation, self.name)
         if shutil.which("sbatch") is None:
             raise BadInput("sbatch not found: run on a Slurm login node, or choose --launcher local or tmux")
         run = prepare_run(spec, self.name, "")
@@ -151,6 +157,8 @@ class SlurmLauncher:
     def status(self, run: Run) -> State:
         """What the watcher knows (one query for all jobs when it is due; none otherwise)."""
         current = run.reload()
+        if current.extra.get("allocation"):
+            return slurm_steps.status(current)
         if current.state in FINISHED:
             return current.recorded_state()
         watch = watcher()
@@ -182,6 +190,8 @@ class SlurmLauncher:
     def cancel(self, run: Run) -> State:
         """`scancel`, stop the job's processes on this machine, wait until Slurm reports the end."""
         current = run.reload()
+        if current.extra.get("allocation"):
+            return slurm_steps.cancel(current, stop_leftovers)
         state = self.status(current)
         if state.finished:
             stop_leftovers(current, grace=0)

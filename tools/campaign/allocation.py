@@ -1,0 +1,78 @@
+"""A campaign's own Slurm allocation (`launcher: slurm` with `slurm_allocation: campaign`): asked for
+at the first run, kept alive by whoever moves the campaign on, let go at the end or a pause.
+
+    ensure(campaign, remaining)   before a run starts: the live allocation, or a new one (its line)
+    beat(campaign)                every tick: the campaign is alive (the holder's grace restarts)
+    release(campaign)             the campaign ended or paused: a queued one is cancelled, a running
+                                  one ends once its last step has
+    line(campaign)                for status and doctor: the job, where, what it holds, time left,
+                                  and the wall time split into queued, running and idle
+
+The launcher side (the holder job, the runs as steps) is launch/slurm_allocation.py and
+launch/slurm_steps.py; this module only says what the campaign asks for.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from autoresearch_skills.campaign.store import Campaign
+from autoresearch_skills.clock import parse_duration
+from autoresearch_skills.launch import slurm_allocation
+from autoresearch_skills.launch.slurm_allocation import Request
+
+ASKED = "allocation_asked"  # run file `extra` key: the line saying a new allocation was asked for it
+
+
+def enabled(campaign: Campaign) -> bool:
+    s = campaign.settings
+    return s.launcher == "slurm" and s.slurm_allocation == "campaign"
+
+
+def folder(campaign: Campaign) -> Path:
+    return campaign.folder / "slurm"
+
+
+def request(campaign: Campaign, remaining: float | None) -> Request:
+    """What one allocation holds: a task per slot, each with a run's GPUs, CPUs and memory; until the
+    campaign's deadline (`remaining` seconds from now; None: no budget)."""
+    s = campaign.settings
+    pool = s.pool()
+    return Request(
+        name=s.name,
+        parallel=pool.parallel,
+        gpus_per_run=pool.cluster_gpus(),
+        cpus_per_run=int(s.cpus or s.cpus_per_run or 1),
+        mem_per_run=str(s.mem) if s.mem else None,
+        partition=str(s.partition) if s.partition else None,
+        account=str(s.account) if s.account else None,
+        qos=str(s.qos) if s.qos else None,
+        constraint=s.constraint,
+        deadline=None if remaining is None else time.time() + remaining,
+        grace=parse_duration(s.slurm_grace),
+    )
+
+
+def ensure(campaign: Campaign, remaining: float | None) -> str:
+    """The allocation the next run starts in: '' when the live one is adopted, else the line saying
+    that a new one was asked for (and how the one before ended)."""
+    _, said = slurm_allocation.ensure(folder(campaign), request(campaign, remaining))
+    return said
+
+
+def beat(campaign: Campaign) -> None:
+    if enabled(campaign):
+        slurm_allocation.beat(folder(campaign))
+
+
+def release(campaign: Campaign) -> str:
+    return slurm_allocation.release(folder(campaign)) if enabled(campaign) else ""
+
+
+def line(campaign: Campaign) -> str | None:
+    """`slurm allocation: job 812 on gpu-07 (cpu=16,gres/gpu=4), 5h12m left; wall: 3m queued ...`;
+    None when the campaign has no allocation of its own."""
+    if not enabled(campaign):
+        return None
+    return slurm_allocation.describe(folder(campaign))
