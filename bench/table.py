@@ -3,7 +3,7 @@ machine's load before and after, and each figure's floor measured in the same ru
 
 The goals hold on an idle 2-core machine; on a busy one read the ratio to the floor as well. The
 per-topic scripts beside this one (bench_hooks.py, bench_monitor.py, bench_reward_profile.py,
-bench_ray.py, bench_cpu_slots.py, ...) give the detail behind a line.
+bench_ray.py, bench_cpu_slots.py, bench_slurm_allocation.py, ...) give the detail behind a line.
 
     python bench/table.py [--repeat 9] [--skip-largest]
 """
@@ -71,6 +71,25 @@ def cpu_slot_figures() -> list[Figure]:
     return [Figure(name, pinned, "s", unpinned, "< unpinned (the floor column)", pinned < unpinned)]
 
 
+def slurm_figures() -> list[Figure]:
+    """bench_slurm_allocation.py: request-to-start of a run as its own job and as a step of the
+    campaign's allocation, and the submissions of one campaign in each mode."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_slurm_allocation.py")], capture_output=True, text=True
+    )
+    found = dict(re.findall(r"^(\w+):\s+([\d.]+)", done.stdout, re.M))
+    name = "Slurm: request to start, a step of the allocation"
+    if "step_seconds" not in found:
+        reason = (done.stdout.strip() or done.stderr.strip() or "no output").splitlines()[-1]
+        return [Figure(name, None, "s", goal="< a job of its own", note=f"not measured: {reason}")]
+    step, job = float(found["step_seconds"]), float(found["per_run_job_seconds"])
+    once = int(found["campaign_submissions"])
+    return [
+        Figure(name, step, "s", job, "< a job of its own (the floor column)", step < job),
+        Figure("Slurm: submissions per campaign, allocation", once, "", None, "1", once == 1),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9, help="runs per start-up figure (median)")
@@ -119,6 +138,7 @@ def main() -> int:
         figures.append(Figure("local orchestration per experiment", per_run, "s", bare, paired_ratio=ratio))
     figures += ray_figures()
     figures += cpu_slot_figures()
+    figures += slurm_figures()
     print(render(figures, f"bench: load {before} before, {load()} after"))
     print(f"seconds: {time.perf_counter() - began:.0f}")
     missed = [f.name for f in figures if f.met is False]

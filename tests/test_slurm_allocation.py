@@ -124,6 +124,11 @@ def test_a_campaign_of_4_runs_2_at_once_is_one_submission_and_every_run_a_step_o
     )
     status = ars(repo, "campaign", "status", code=None).stdout
     assert f"slurm_allocation: job {job} ended (released); wall:" in status, status
+    ars(repo, "report")
+    assert (
+        f"- Slurm allocation: job {job} ended (released); wall:"
+        in (folder(repo, "steps") / "report.md").read_text()
+    )
 
 
 def test_kill_9_of_the_loop_then_resume_adopts_the_allocation_and_its_running_steps(calls, tmp_path):

@@ -35,6 +35,7 @@ import click
 
 from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.campaign import (
+    allocation,
     checks,
     confirmation,
     holdout,
@@ -613,6 +614,7 @@ def render_markdown(
         "## Stop rules",
         "",
         *[f"- {d}" for d in s.stop_rules().describe()],
+        *([f"- Slurm allocation: {held}"] if (held := allocation.line(campaign)) else []),
         "",
         f"**{verdict.line}**",
         "",

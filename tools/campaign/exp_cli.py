@@ -21,6 +21,7 @@ from autoresearch_skills import knobs, notices, runoutputs
 from autoresearch_skills.accelerators import cores as cpu_cores
 from autoresearch_skills.accelerators.machine import VISIBILITY
 from autoresearch_skills.campaign import experiment, noise, outputs, owed, prediction, scheduler, screening
+from autoresearch_skills.campaign.allocation import ASKED as ALLOCATION_ASKED
 from autoresearch_skills.campaign.experiment import select, settled_state
 from autoresearch_skills.campaign.finish import finished, wrap_up
 from autoresearch_skills.campaign.record import Experiment, Phase, Result
@@ -181,6 +182,8 @@ def _announce(record: Experiment, err: bool = True) -> None:
         [f"slot {facts['slot']}", *visible, *([cpu_cores.phrase(record.cores)] if record.cores else [])]
     )
     click.echo(f"where: {where}; {run.launcher} {run.run_id}", err=err)
+    if run.extra.get(ALLOCATION_ASKED):  # the campaign's Slurm allocation was asked for with this run
+        click.echo(run.extra[ALLOCATION_ASKED], err=err)
     click.echo(f"log: {run.log_path}", err=err)
     if record.timeout is not None:  # set at every launch
         click.echo(f"timeout: {format_duration(record.timeout)}", err=err)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import subprocess
 
 from autoresearch_skills import gitflow, knobs
-from autoresearch_skills.campaign import confirmation, holdout, keeprule, noise, outputs, pareto
+from autoresearch_skills.campaign import allocation, confirmation, holdout, keeprule, noise, outputs, pareto
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.campaign.workdirs import remove_worktrees
 from autoresearch_skills.launch.base import FINISHED, Run, state_path_for
@@ -39,6 +39,9 @@ def wrap_up(campaign: Campaign) -> list[str]:
     removed = remove_worktrees(campaign)
     if removed:
         lines.append(f"worktrees: removed {len(removed)}; every result stays on its branch")
+    released = allocation.release(campaign)  # the campaign's Slurm allocation: no idle GPUs held
+    if released:
+        lines.append(released)
     try:
         closed = 0 if campaign.settings.keep_sessions_at_end else close_sessions(campaign)
     except (OSError, subprocess.SubprocessError) as err:  # housekeeping never fails the end

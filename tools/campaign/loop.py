@@ -739,8 +739,8 @@ class Loop:
         if self.campaign.settings.confirm and not verdict.should_continue and self.broken is None:
             self.confirm_at_scale()
             verdict = self.campaign.verdict()
-        if not self.interrupts.requested or not self.campaign.state.read().launched:
-            released = allocation.release(self.campaign)  # no idle GPUs held for a campaign that is done
+        if self.interrupts.requested and not self.campaign.state.read().launched:
+            released = allocation.release(self.campaign)  # nothing left in it: no idle GPUs held
             if released:
                 self.out.event("allocation", released)
         if self.interrupts.requested:

@@ -10,7 +10,7 @@ per run.
     folder/usage-J           "BUSY IDLE STARTED UPDATED" seconds, written by the holder
     folder/release-J         asks the holder to end once no step of its runs is left
 
-The holder loops every half second: it claims each launch script and runs it in the background (the
+The holder loops every quarter of a second: it claims each launch script and runs it in the background (the
 script's `srun --exact` starts the step), and it ends by itself, releasing the allocation, when no
 step runs and either `release-J` exists or nobody has touched the heartbeat for the grace period.
 That check lives in the allocation, so it holds when the process that asked for it was killed with
@@ -40,7 +40,7 @@ from autoresearch_skills.launch.base import slug
 from autoresearch_skills.launch.slurm_watch import PENDING, Job, call, watcher
 
 MARGIN = 10 * 60.0  # seconds past the campaign's deadline the allocation may live (the last records)
-POLL = 0.5  # seconds between the holder's looks for launch scripts
+POLL = 0.25  # seconds between the holder's looks for launch scripts
 RECORD = "allocation.json"
 
 HOLDER = """\
@@ -367,9 +367,24 @@ def describe_request(request: Request) -> str:
     return ", ".join(parts)
 
 
+_SAID: dict[
+    str, tuple[float, str]
+] = {}  # folder -> (when, line): a page refreshed every second asks Slurm less
+SAID_FOR = 5.0  # seconds a line is reused
+
+
 def describe(folder: Path) -> str:
     """One line for status and doctor: the job, where it runs, what it holds, time left, and the
     campaign's wall time so far split into queued, running (a step in it) and idle."""
+    key = str(folder.absolute())
+    when, line = _SAID.get(key, (0.0, ""))
+    if time.monotonic() - when > SAID_FOR:
+        line = _describe(folder)
+        _SAID[key] = (time.monotonic(), line)
+    return line
+
+
+def _describe(folder: Path) -> str:
     allocation = load(folder)
     if allocation is None or not allocation.job_id:
         return "none yet (asked for at the first run)"

@@ -1,7 +1,7 @@
 """Runs as job steps of the campaign's Slurm allocation (slurm_allocation.py): start, judge, cancel.
 
 `start` writes two scripts beside the run's log and drops the launch script in the holder's
-requests folder; the holder claims it within half a second of the allocation being up:
+requests folder; the holder claims it within a quarter of a second of the allocation being up:
 
     <log>.launch.sh   run by the holder: `srun --exact` of the step script, srun's own words to
                       <log>.srun, its status to <log>.srun.rc; a <log>.cancel found first: no step
