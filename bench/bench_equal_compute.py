@@ -35,7 +35,7 @@ A deterministic target misses the first goal by design: keep-if-better is the or
 screening spends 2 runs learning that there is no noise (the baseline's repeat, one rerun of the
 best to tell a fixed seed from a coarse metric's lucky match): 0.97-0.98x at 100-200 runs.
 
-    python bench/bench_equal_compute.py [--campaigns 60] [--seed 1] [--jobs 2]
+    python bench/bench_equal_compute.py [--campaigns 60] [--seed 1] [--jobs 2] [--more]
 
 The 40- and 100-run figures come from the first runs of the 200-run campaigns (a rule that does not
 know its budget plays them the same); screening, which plans its last runs, forks at that point.
@@ -98,6 +98,15 @@ LANDSCAPES = (
     Landscape("barren", (HARMFUL, (0.3, 0.0, 0.0))),
     Landscape("coarse", DEFAULT_PARTS, quantum=0.5),
     Landscape("deterministic", DEFAULT_PARTS, noisy=False),
+)
+# Other shapes, to check that the rule was not fitted to the five above (`--more`): many gains, tiny
+# gains, changes that hurt a lot, rare large gains, mostly gains.
+MORE = (
+    Landscape("rich", ((0.5, 0.3, 0.5), (0.2, 0.0, 0.0), (0.3, -2.0, 1.0))),
+    Landscape("tiny", (HARMFUL, (0.2, 0.0, 0.0), (0.1, -0.5, 0.25))),
+    Landscape("harsh", ((0.7, 2.0, 1.0), (0.2, 0.0, 0.0), (0.1, -2.0, 1.0))),
+    Landscape("rare-large", ((0.75, 0.3, 0.5), (0.2, 0.0, 0.0), (0.05, -4.0, 2.0))),
+    Landscape("generous", ((0.3, 0.3, 0.5), (0.2, 0.0, 0.0), (0.5, -1.0, 0.5))),
 )
 NULL = Landscape("null", ((1.0, 0.0, 0.0),))  # bench_noise's "no gains" kind
 NULL_CHANGES = 25
@@ -376,12 +385,14 @@ def main() -> int:
     parser.add_argument("--campaigns", type=int, default=60, help="campaigns per landscape")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--more", action="store_true", help="also five other landscapes (MORE)")
     args = parser.parse_args()
+    landscapes = LANDSCAPES + MORE if args.more else LANDSCAPES
     began = time.perf_counter()
     chunk = max(args.campaigns // (4 * args.jobs), 1)
     work = [
         (landscape, args.seed, first, min(chunk, args.campaigns - first))
-        for landscape in LANDSCAPES
+        for landscape in landscapes
         for first in range(0, args.campaigns, chunk)
     ]
     cells: dict[tuple[str, str, int], list[Result]] = {}
@@ -403,7 +414,7 @@ def main() -> int:
         f"seed: {args.seed}; campaigns: {args.campaigns} per landscape; noise sigma {SIGMA}; gains in sigma, + better"
     )
     all_met = True
-    for landscape in LANDSCAPES:
+    for landscape in landscapes:
         for budget in BUDGETS:
             s = {rule: summarize(cells[landscape.name, rule, budget]) for rule in RULES}
             for rule in RULES:

@@ -103,6 +103,8 @@ def running_keys(repo: Path, name: str) -> set[str]:
 def test_a_campaign_of_4_runs_2_at_once_is_one_submission_and_every_run_a_step_of_it(calls, tmp_path):
     repo = make_repo(tmp_path / "project", {"train.py": TRAIN})
     path = campaign_file(repo, "steps", [1.0, 2.0, 1.5])
+    said = ars(repo, "campaign", "validate", str(path)).stdout
+    assert "slurm: one allocation for the campaign, each run a job step in it" in said, said
     began = time.time()
     out = ars(repo, "campaign", "run", str(path), timeout=240)
     assert "Slurm allocation: asked for job" in out.stdout, out.stdout

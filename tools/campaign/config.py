@@ -509,12 +509,25 @@ def _check_launcher(data: dict, where: str, result: Validation) -> None:
     if not SETTINGS["launcher"].kind.test(launcher):
         return  # reported as a type problem
     result.checked.append(f"launcher {launcher}")
+    if launcher == "slurm":
+        result.shown.append(_slurm_line(data))
     for program in LAUNCHER_PROGRAMS.get(launcher, ()):
         if shutil.which(program) is None:
             result.problems.append(
                 f"{where}: launcher {launcher} needs `{program}`, which is not on PATH "
                 "(install it, or pick another launcher)"
             )
+
+
+def _slurm_line(data: dict) -> str:
+    """How runs reach Slurm: a job each, or steps of the campaign's one allocation."""
+    if data.get("slurm_allocation") == "campaign":
+        grace = data.get("slurm_grace", SETTINGS["slurm_grace"].default)
+        return (
+            "slurm: one allocation for the campaign, each run a job step in it; released at the end, "
+            f"on pause, or after {grace} with no step and no word from the campaign"
+        )
+    return "slurm: each run its own sbatch job, queued on its own (slurm_allocation: campaign holds one for the night)"
 
 
 def _check_watch(data: dict, where: str, result: Validation) -> None:
