@@ -28,7 +28,7 @@ pytestmark = [needs_slurm, pytest.mark.timeout(300)]
 TRAIN = """\
 import os, time
 SLEEP = 0.5             # seconds of pretend training
-print("in slurm", os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID"), flush=True)
+print("in slurm", os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID"), os.environ.get("OMP_NUM_THREADS"), flush=True)
 time.sleep(SLEEP)
 print("---")
 print("val_bpb:          %.6f" % (1.0 + SLEEP / 1000))
@@ -53,6 +53,7 @@ def campaign_file(repo: Path, name: str, sleeps: list[float], **extra: str) -> P
         "launcher": "slurm",
         "slurm_allocation": "campaign",
         "parallel": "2",
+        "cpus": "1",
         "baseline_repeats": "1",
         "keep_rule": "noise",
         "prefix": f"autoresearch/{unique(name)}",
@@ -74,12 +75,14 @@ def rows(repo: Path, name: str) -> list[ledger.Row]:
     return ledger.read(folder(repo, name) / "results.tsv")
 
 
-def jobs_and_steps(repo: Path, name: str) -> list[tuple[str, str]]:
-    """(SLURM_JOB_ID, SLURM_STEP_ID) each run printed."""
+def jobs_and_steps(repo: Path, name: str, threads: str = "1") -> list[tuple[str, str]]:
+    """(SLURM_JOB_ID, SLURM_STEP_ID) each run that got to print them printed; each had `threads`
+    threads (`cpus: 1`)."""
     found = []
     for log in sorted((folder(repo, name) / "runs").glob("*/run.log")):
-        line = next((line for line in log.read_text().splitlines() if line.startswith("in slurm")), "")
-        found.append(tuple(line.split()[2:4]))
+        for line in (line for line in log.read_text().splitlines() if line.startswith("in slurm")):
+            assert line.split()[4:5] == [threads], f"{log}: {line}"  # OMP_NUM_THREADS from `cpus:`
+            found.append(tuple(line.split()[2:4]))
     return found
 
 
@@ -126,6 +129,7 @@ def test_a_campaign_of_4_runs_2_at_once_is_one_submission_and_every_run_a_step_o
     )
     status = ars(repo, "campaign", "status", code=None).stdout
     assert f"slurm_allocation: job {job} ended (released); wall:" in status, status
+    assert "% of the slots' time in use)" in status, status
     ars(repo, "report")
     assert (
         f"- Slurm allocation: job {job} ended (released); wall:"
@@ -149,6 +153,7 @@ def test_kill_9_of_the_loop_then_resume_adopts_the_allocation_and_its_running_st
 
     resumed = ars(repo, "campaign", "resume", "adopt", timeout=240, code=None)
     assert resumed.returncode in (0, 1), resumed.stdout + resumed.stderr
+    assert f"Slurm allocation: adopting job {job} (running)" in resumed.stdout, resumed.stdout
     assert calls.since(began).count("sbatch") == 1, resumed.stdout
     table = rows(repo, "adopt")
     assert {r.branch.rsplit("/", 1)[-1] for r in table} >= {"baseline", "s0", "s1"}
@@ -220,8 +225,8 @@ def test_a_step_past_its_limit_or_cancelled_ends_alone_and_the_allocation_goes_o
     wait_until(lambda: not in_queue(allocation.job_id), 30, "the idle allocation to release itself")
     out = (where / f"holder-{allocation.job_id}.out").read_text()
     assert "released: no step and no word from the campaign for 3s" in out
-    busy, idle = holder.load(where).usage()
-    assert busy >= 3 and idle >= 3, (busy, idle)
+    busy, idle, share = holder.load(where).usage()
+    assert busy >= 3 and idle >= 3 and 0 < share < 1, (busy, idle, share)
 
 
 def test_a_step_still_running_keeps_the_allocation_past_the_grace(tmp_path):

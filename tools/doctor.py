@@ -261,7 +261,7 @@ def diagnose(path: str | Path = ".") -> Report:
         gpus=gpus,
         gpu_note=gpu_note,
         accelerator=vendor,
-        pool=pool_line(vendor, gpus, _campaign_parallel()),
+        pool=_campaign_pool_line(vendor, gpus),
         notes=notes,
         tmux_server=campaign_tmux_server(),
         slurm_allocation=_campaign_allocation(),
@@ -269,15 +269,20 @@ def diagnose(path: str | Path = ".") -> Report:
     )
 
 
-def _campaign_parallel() -> int | None:
-    """`parallel:` of the campaign found from here, None without one."""
+def _campaign_pool_line(vendor: str, gpus: list[Device]) -> str:
+    """What the pool of the campaign found from here uses on this machine; a cluster's campaign
+    (Slurm, Ray) says so, as the cluster places its runs, not this machine."""
+    from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS
     from autoresearch_skills.campaign.store import find
     from autoresearch_skills.errors import BadInput
 
     try:
-        return find(None, cwd=".").settings.pool().parallel
+        pool = find(None, cwd=".").settings.pool()
     except (BadInput, OSError, ValueError):
-        return None
+        return pool_line(vendor, gpus, None)
+    if pool.launcher in CLUSTER_LAUNCHERS:
+        return pool.describe()
+    return pool_line(vendor, gpus, pool.parallel)
 
 
 def _campaign_allocation() -> str | None:

@@ -1,6 +1,7 @@
 """A campaign's own Slurm allocation (`launcher: slurm` with `slurm_allocation: campaign`): asked for
 at the first run, kept alive by whoever moves the campaign on, let go at the end or a pause.
 
+    opening(campaign)             the loop's first line on it (a live one adopted on resume)
     ensure(campaign, remaining)   before a run starts: the live allocation, or a new one (its line)
     beat(campaign)                every tick: the campaign is alive (the holder's grace restarts)
     release(campaign)             the campaign ended or paused: a queued one is cancelled, a running
@@ -68,6 +69,16 @@ def beat(campaign: Campaign) -> None:
 
 def release(campaign: Campaign) -> str:
     return slurm_allocation.release(folder(campaign)) if enabled(campaign) else ""
+
+
+def opening(campaign: Campaign) -> str | None:
+    """The loop's first word on it: the live allocation taken up again (a resume), or that one will
+    be asked for at the first run; None when the campaign has no allocation of its own."""
+    if not enabled(campaign):
+        return None
+    return slurm_allocation.adopted(folder(campaign)) or (
+        "Slurm allocation: one for the whole campaign, asked for at its first run; each run a job step in it"
+    )
 
 
 def line(campaign: Campaign) -> str | None:

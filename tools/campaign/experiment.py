@@ -664,10 +664,16 @@ def plan_launch(
     pool = s.pool()
     env.update(pool.device_environment(devices))
     share = pool.cpu_share()
-    threads = share.threads if share else s.cpus_per_run  # on a cluster: the cores it is asked for
+    cpus = s.cpus or (s.cpus_per_run if pool.launcher in CLUSTER_LAUNCHERS else None)
+    # on a cluster: as many threads as the CPUs it is asked for (`cpus:` or `cpus_per_run:`), since
+    # a scheduler without CPU binding leaves torch one thread per core of the node, shared by every run
+    threads = (
+        share.threads
+        if share
+        else (cpus_count(cpus) if pool.launcher in CLUSTER_LAUNCHERS else s.cpus_per_run)
+    )
     if threads:
         env.update(cpu_cores.thread_environment(threads, {**os.environ, **own.env}))
-    cpus = s.cpus or (s.cpus_per_run if pool.launcher in CLUSTER_LAUNCHERS else None)
     resources = {k: str(v) for k, v in (("partition", s.partition), ("mem", s.mem), ("cpus", cpus)) if v}
     cluster_gpus = pool.cluster_gpus(own.gpus)  # Slurm or Ray places the run on its GPUs
     if cluster_gpus:
@@ -682,6 +688,12 @@ def plan_launch(
         resources=resources,
         cores=tuple(cores),
     )
+
+
+def cpus_count(cpus: object) -> int | None:
+    """`cpus:` as a count of CPUs (8, "8"); None when unset or not a plain count."""
+    text = str(cpus).strip() if cpus is not None else ""
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment, grant: Grant) -> None:

@@ -282,6 +282,9 @@ class Loop:
             f"campaign: {s.name} ({s.metric}, {s.direction}) in {self.campaign.folder}; {self.pool.describe(probe=True)}",
         )
         self.out.event("watch", s.watch_policy().describe())
+        held = allocation.opening(self.campaign)
+        if held:
+            self.out.event("allocation", held)
         try:
             self.resume_in_flight()
             if (

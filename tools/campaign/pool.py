@@ -219,6 +219,8 @@ class Pool:
             return f"{self.parallel} concurrent Ray job(s), {self.gpus_per_run} GPU(s) each (entrypoint_num_gpus)"
         if self.cluster_gpus():
             return f"{self.parallel} concurrent Slurm job(s), {self.gpus_per_run} GPU(s) each through sbatch"
+        if self.launcher in CLUSTER_LAUNCHERS:  # the cluster places and binds them, not this machine
+            return f"{self.parallel} slot(s): {'Ray' if self.launcher == 'ray' else 'Slurm'} places the runs"
         return f"{self.parallel} slot(s){shared}"
 
 

@@ -4,10 +4,11 @@ per run.
 
     folder/allocation.json   the record: the holder's job id, when it was asked for, every earlier one
     folder/heartbeat         touched by whoever moves the campaign on (`beat`)
-    folder/holder-J.sh       the holder's batch script; holder-J.out its output
+    folder/holder-N.sh       the N-th holder's batch script; holder-J.out the output of job J
     folder/requests-J/       one launch script per run, dropped there by the launcher (slurm_steps.py)
     folder/claimed-J/        ... moved here by the holder as it starts them (a rename: claimed once)
-    folder/usage-J           "BUSY IDLE STARTED UPDATED" seconds, written by the holder
+    folder/usage-J           "BUSY IDLE STARTED UPDATED USED SLOTS", written by the holder: seconds with a
+                             step running and with none, and slot-seconds in use out of SLOTS per second
     folder/release-J         asks the holder to end once no step of its runs is left
 
 The holder loops every quarter of a second: it claims each launch script and runs it in the background (the
@@ -52,8 +53,9 @@ cd -- {folder} || exit 1
 me=$SLURM_JOB_ID
 mkdir -p "requests-$me" "claimed-$me"
 shopt -s nullglob
-started=$(date +%s); last=$started; quiet=$started; busy=0; idle=0
-usage() {{ printf '%s %s %s %s\\n' "$busy" "$idle" "$started" "$last" > "usage-$me.tmp" && mv -f "usage-$me.tmp" "usage-$me"; }}
+slots=${{SLURM_NTASKS:-1}}
+started=$(date +%s); last=$started; quiet=$started; busy=0; idle=0; used=0
+usage() {{ printf '%s %s %s %s %s %s\\n' "$busy" "$idle" "$started" "$last" "$used" "$slots" > "usage-$me.tmp" && mv -f "usage-$me.tmp" "usage-$me"; }}
 usage
 while :; do
     for launch in "requests-$me"/*.sh; do
@@ -63,6 +65,7 @@ while :; do
     now=$(date +%s)
     steps=$(jobs -rp | wc -l)
     if (( steps > 0 )); then busy=$((busy + now - last)); quiet=$now; else idle=$((idle + now - last)); fi
+    used=$((used + (now - last) * (steps < slots ? steps : slots)))
     (( now != last )) && {{ last=$now; usage; }}
     if (( steps == 0 )); then
         [ -e "release-$me" ] && {{ echo "released: the campaign is done with it"; break; }}
@@ -153,13 +156,16 @@ class Allocation:
         """What Slurm says of the holder (the process's one watcher: one query for every job)."""
         return watcher().look(self.job_id, self.job_name)
 
-    def usage(self) -> tuple[float, float]:
-        """Seconds with a step running and without one, as the holder counted them."""
+    def usage(self) -> tuple[float, float, float]:
+        """Seconds with a step running and without one, and the share of the slots' time in use, as
+        the holder counted them."""
         try:
-            busy, idle, *_ = (float(x) for x in (self.path / f"usage-{self.job_id}").read_text().split())
+            numbers = [float(x) for x in (self.path / f"usage-{self.job_id}").read_text().split()]
         except (OSError, ValueError):
-            return 0.0, 0.0
-        return busy, idle
+            return 0.0, 0.0, 0.0
+        busy, idle, _, _, used, slots = (numbers + [0.0] * 6)[:6]
+        held = (busy + idle) * max(slots, 1.0)
+        return busy, idle, used / held if held else 0.0
 
 
 _LOCKS: dict[str, ReentrantFileLock] = {}
@@ -256,13 +262,13 @@ def submit(folder: Path, request: Request, before: Allocation | None) -> Allocat
             for k, v in asdict(before).items()
             if k in ("job_id", "asked_at", "started_at", "ended_at", "ended")
         }
-        record["busy"], record["idle"] = before.usage()
+        record["busy"], record["idle"], record["slots_used"] = before.usage()
         earlier = [*before.earlier, record]
     else:
         earlier = []
     name = slug(f"ars-{request.name}-allocation", 60)
     options = request.sbatch_options(partition_limit(request.partition))
-    script = folder / f"holder-{len(earlier) + 1}.sh"
+    script = folder / f"holder-{len(earlier) + 1}.sh"  # Slurm names it in the job's Command
     script.write_text(
         HOLDER.format(
             name=request.name.replace("\n", " "),
@@ -284,7 +290,6 @@ def submit(folder: Path, request: Request, before: Allocation | None) -> Allocat
             f"sbatch refused the campaign's allocation ({' '.join(options)}): {message or 'no output'}: "
             "check partition, account, qos, constraint, gpus_per_run, cpus and mem against the cluster's limits"
         )
-    os.replace(script, folder / f"holder-{job_id}.sh")
     for sub in ("requests", "claimed"):
         (folder / f"{sub}-{job_id}").mkdir(
             exist_ok=True
@@ -310,6 +315,17 @@ def release(folder: Path) -> str:
         return f"Slurm allocation: job {allocation.job_id} cancelled while it waited in the queue"
     (folder / f"release-{allocation.job_id}").touch()
     return f"Slurm allocation: job {allocation.job_id} released once its last step ends"
+
+
+def adopted(folder: Path) -> str:
+    """'' without a live allocation, else the line saying that the campaign takes it up again."""
+    allocation = load(folder)
+    if allocation is None or not allocation.job_id or settle(allocation):
+        return ""
+    beat(folder)
+    (folder / f"release-{allocation.job_id}").unlink(missing_ok=True)  # a pause's release is withdrawn
+    where = "waiting in the queue" if allocation.look().state in PENDING else "running"
+    return f"Slurm allocation: adopting job {allocation.job_id} ({where})"
 
 
 def partition_limit(partition: str | None) -> float | None:
@@ -397,31 +413,39 @@ def _describe(folder: Path) -> str:
         reason = fields.get("Reason", "")
         return f"job {allocation.job_id} waiting in the queue ({reason or 'pending'}); {split}"
     where = fields.get("NodeList", "?")
-    holds = fields.get("AllocTRES", "")
-    left = fields.get("TimeLeft") or time_left(fields)
-    return f"job {allocation.job_id} on {where} ({holds}), {left} left; {split}"
+    holds = fields.get("AllocTRES") or fields.get("TRES", "")
+    left = time_left(fields)
+    return f"job {allocation.job_id} on {where}{f' ({holds})' if holds else ''}, {left} left; {split}"
 
 
 def wall_split(allocation: Allocation) -> str:
-    """Queued (asked for, not started), running (a step in it) and idle, over every allocation."""
-    queued = running = idle = 0.0
+    """Queued (asked for, not started), running (a step in it) and idle (none), over every allocation,
+    and how much of the slots' time held was in use (a slot waiting on the others is idle too)."""
+    queued = running = idle = used = 0.0
     for record in [*allocation.earlier, asdict(allocation)]:
         started = record.get("started_at")
         end = record.get("ended_at") or time.time()
         queued += (started or end) - record.get("asked_at", end)
-    for record in allocation.earlier:
+    busy, quiet, share = allocation.usage()
+    for record in [*allocation.earlier, {"busy": busy, "idle": quiet, "slots_used": share}]:
         running += record.get("busy", 0.0)
         idle += record.get("idle", 0.0)
-    busy, quiet = allocation.usage()
-    running, idle = running + busy, idle + quiet
-    return f"wall: {format_duration(queued)} queued, {format_duration(running)} running, {format_duration(idle)} idle"
+        used += record.get("slots_used", 0.0) * (record.get("busy", 0.0) + record.get("idle", 0.0))
+    held = running + idle
+    slots = f" ({100 * used / held:.0f}% of the slots' time in use)" if held else ""
+    return (
+        f"wall: {format_duration(queued)} queued, {format_duration(running)} running, "
+        f"{format_duration(idle)} idle{slots}"
+    )
 
 
 def scontrol_fields(job_id: str) -> dict[str, str]:
     result = call(["scontrol", "show", "job", "-o", job_id], what="scontrol")
     if result.returncode != 0:
         return {}
-    return dict(re.findall(r"(?:^|\s)(NodeList|AllocTRES|Reason|TimeLimit|RunTime)=(\S*)", result.stdout))
+    return dict(
+        re.findall(r"(?:^|\s)(NodeList|AllocTRES|TRES|Reason|TimeLimit|RunTime)=(\S*)", result.stdout)
+    )
 
 
 def time_left(fields: dict[str, str]) -> str:
