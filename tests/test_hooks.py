@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -230,6 +231,24 @@ def test_session_start_adds_the_session_record(repo):
     assert "resume" in timeline.read_text().splitlines()[-1]
 
 
+def test_session_start_restates_what_memory_resume_says(repo):
+    """The hook gathers only the facts it shows (no launchers, no slot pool, one git call);
+    `ars memory resume` is the reference, line for line, on a branch and on a detached HEAD."""
+    ars(repo, "memory", "start", "--goal", "lower val_bpb")
+    ars(repo, "memory", "handoff", "--resume-from", "the next idea", "--next", "try a wider model",
+        "--watch-out", "the eval is slow")  # fmt: skip
+    ars(repo, "exp", "baseline")  # a latest row and a best
+    ars(repo, "exp", "start", "wider", "-m", "a wider model: more capacity")
+    for detached in (False, True):
+        if detached:
+            git(repo, "checkout", "-q", "--detach")
+        text = context(repo)
+        resumed = ars(repo, "memory", "resume", "--campaign", "demo").stdout.rstrip()
+        assert "experiment: wider [open]" in resumed and "objective: lower val_bpb" in resumed
+        assert ("branch: (detached)" in resumed) is detached
+        assert resumed in text
+
+
 def test_session_start_tells_a_paused_campaign(repo):
     ars(repo, "campaign", "pause", "--reason", "holiday")
     text = context(repo)
@@ -240,6 +259,55 @@ def test_session_start_is_quiet_for_a_finished_campaign_without_a_record(repo):
     for value in ("1.0", "0.9", "0.8"):
         add_row(repo, value)
     assert context(repo) is None
+
+
+# `ars hook NAME` in a process that says, as it exits, which modules it loaded and whether the
+# settings tables were built (stderr, last line)
+LOADS = """
+import atexit, sys
+def said():
+    tables = "SETTINGS" in vars(sys.modules["autoresearch_skills.campaign.settings"])
+    print("tables" if tables else "no-tables", *sorted(sys.modules), file=sys.stderr)
+atexit.register(said)
+from autoresearch_skills.cli import main
+sys.argv = ["ars", "hook", sys.argv[1]]
+main()
+"""
+NOT_FOR_THE_HOOKS = (
+    "autoresearch_skills.campaign.experiment",  # the engine
+    "autoresearch_skills.campaign.status",
+    "autoresearch_skills.campaign.pool",  # the slot pool and the accelerators
+    "autoresearch_skills.accelerators.machine",
+    "autoresearch_skills.launch.tmux",  # the launchers
+    "autoresearch_skills.launch.local",
+    "statistics",  # Student's t, for decisions
+)
+
+
+def test_the_hooks_load_only_the_campaign_facts_and_ask_git_once_for_the_branch(repo, tmp_path):
+    """Claude Code waits for these at every stop: with an active campaign they load neither the
+    engine, the launchers, the slot pool, the settings tables nor statistics; the stop hook starts
+    no process, session-start one git process, for the branch it prints."""
+    ars(repo, "exp", "baseline")  # the most common state at a stop: the baseline recorded
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    calls = tmp_path / "git-calls"
+    (shims / "git").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {shutil.which("git")} "$@"\n')
+    (shims / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+    for name, git_calls in (("stop", []), ("session-start", ["symbolic-ref --quiet --short HEAD"])):
+        calls.unlink(missing_ok=True)
+        event = {"cwd": str(repo), "hook_event_name": name, "stop_hook_active": False, "source": "startup"}
+        done = subprocess.run(
+            [sys.executable, "-c", LOADS, name], input=json.dumps(event), capture_output=True, text=True,
+            cwd=repo, env=env, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "demo" in done.stdout, name  # it answered: blocked the stop, or restated the campaign
+        tables, *loaded = done.stderr.splitlines()[-1].split()
+        assert tables == "no-tables", name
+        assert not set(NOT_FOR_THE_HOOKS) & set(loaded), name
+        assert (calls.read_text().splitlines() if calls.exists() else []) == git_calls, name
 
 
 def test_pre_compact_writes_a_timeline_entry_and_nothing_else(repo):

@@ -12,6 +12,7 @@ import pytest
 from autoresearch_skills import ledger
 from autoresearch_skills.campaign import noise
 from autoresearch_skills.campaign.noise import Group, Policy
+from autoresearch_skills.campaign.tdist import t_line
 from autoresearch_skills.ledger import Row
 
 FP = "a1b2c3d4e5f6"
@@ -289,7 +290,7 @@ def test_a_campaign_ledger_drives_reruns_and_pooled_decisions(tmp_path: Path):
     rows = ledger.read(path)
     assert [r.status for r in rows] == ["keep"] * 4 + ["discard"] + ["keep"] * 3
     assert rows[4].flags == "candidate" and rows[5].runs == "2"
-    assert float(rows[5].margin_sigma) >= noise.t_line(2.5, 4)
+    assert float(rows[5].margin_sigma) >= t_line(2.5, 4)
     assert float(rows[5].sigma) == pytest.approx(
         noise.pooled_sigma([[1.0, 1.008, 0.998, 1.002], [0.984, 0.982]]).sigma, rel=0.01
     )

@@ -69,10 +69,10 @@ def test_t_tail_is_the_cauchy_tail_for_one_degree_of_freedom():
 
 
 def test_a_line_in_sigma_asks_more_of_a_sigma_from_few_degrees_of_freedom():
-    assert noise.t_line(2.5, None) == 2.5
-    lines = [noise.t_line(2.5, dof) for dof in (1, 2, 4, 10, 100)]
+    assert tdist.t_line(2.5, None) == 2.5
+    lines = [tdist.t_line(2.5, dof) for dof in (1, 2, 4, 10, 100)]
     assert lines == sorted(lines, reverse=True) and lines[-1] == pytest.approx(2.5, abs=0.1)
-    assert noise.t_line(1.959964, 5) == pytest.approx(2.571, abs=1e-3)
+    assert tdist.t_line(1.959964, 5) == pytest.approx(2.571, abs=1e-3)
 
 
 # ---------------------------------------------------------------- pooling
@@ -122,7 +122,7 @@ def test_the_reason_says_the_degrees_of_freedom_commits_and_runs_it_rests_on():
     decision = noise.decide(
         [0.9560, 0.9580], best([1.0, 0.9979, 0.9958, 1.001]), 0.008, "min", dof=40, commits=12
     )
-    needed = noise.t_line(2.5, 40)
+    needed = tdist.t_line(2.5, 40)
     assert decision.reason == (
         f"confirmed: pooled mean 0.957 over 2 runs beats the best 0.998675 (#0, 4 runs) by "
         f"{decision.margin_sigma:.1f} sigma, {needed:.3g} needed "

@@ -17,8 +17,9 @@ UNIT_SECONDS = {
 
 _UNITS = "|".join(sorted(UNIT_SECONDS, key=len, reverse=True))
 DURATION_PART = rf"(\d+(?:\.\d+)?)\s*({_UNITS})(?![a-z])"
-_DURATION_RE = re.compile(rf"^\s*(?:{DURATION_PART}\s*)+$", re.IGNORECASE)
-_PART_RE = re.compile(DURATION_PART, re.IGNORECASE)
+# The patterns here are compiled on first use (by `re`'s own cache), not when the module loads: the
+# hooks import it at every stop, and most of their calls parse no duration and no clock time.
+_DURATION = rf"^\s*(?:{DURATION_PART}\s*)+$"
 
 
 def parse_duration(text: str | int | float) -> float:
@@ -27,8 +28,10 @@ def parse_duration(text: str | int | float) -> float:
         seconds = float(text)
     elif re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", text):
         seconds = float(text)  # a bare number means seconds
-    elif _DURATION_RE.match(text):
-        seconds = sum(float(n) * UNIT_SECONDS[u.lower()] for n, u in _PART_RE.findall(text))
+    elif re.match(_DURATION, text, re.IGNORECASE):
+        seconds = sum(
+            float(n) * UNIT_SECONDS[u.lower()] for n, u in re.findall(DURATION_PART, text, re.IGNORECASE)
+        )
     else:
         raise ValueError(f"not a duration: {text!r} (try 90s, 10m, 1h30m, 2 days)")
     if not 0 <= seconds < math.inf:  # also refuses NaN: a negative or endless budget is a typo
@@ -69,7 +72,7 @@ def format_duration(seconds: float) -> str:
 # A time of day as people write it: "8am", "8 a.m.", "7:30pm", "08:00", "23:30", "noon", "midnight".
 # A bare number ("until 8") is not one: 8 in the morning or the evening is the user's to say.
 CLOCK_TIME = r"(?:\d{1,2}(?::\d\d)?\s*[ap]\.?\s?m\.?|\d{1,2}:\d\d|noon|midday|midnight)"
-_CLOCK_RE = re.compile(r"(\d{1,2})(?::(\d\d))?\s*(?:([ap])\.?\s?m\.?)?", re.IGNORECASE)
+_CLOCK = r"(\d{1,2})(?::(\d\d))?\s*(?:([ap])\.?\s?m\.?)?"
 
 
 def parse_clock(text: str) -> str:
@@ -79,7 +82,7 @@ def parse_clock(text: str) -> str:
         return "12:00"
     if word == "midnight":
         return "00:00"
-    match = _CLOCK_RE.fullmatch(word)
+    match = re.fullmatch(_CLOCK, word, re.IGNORECASE)
     if not match or (match[2] is None and match[3] is None):
         raise ValueError(f"not a time of day: {text!r} (try 8am, 7:30pm, 08:00, 23:30)")
     hour, minute = int(match[1]), int(match[2] or 0)

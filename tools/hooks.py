@@ -29,8 +29,13 @@ and no change in what is in flight. The count lives in `<campaign>/stop_hook.jso
 progress; a stop that follows a user turn (`stop_hook_active` false) starts a new count, so a stuck
 agent is sent back at most `--max-blocks` times per turn and never looped forever.
 
-Speed: with no campaign around, a hook reads its input, looks for the folders and exits
-(bench/bench_hooks.py measures it); the campaign modules load only when there is one.
+Speed (bench/bench_hooks.py; goal: under 150 ms with an active campaign): with no campaign around,
+a hook reads its input, looks for the folders and exits; the campaign modules load only when there
+is one, and then only the campaign's facts and its rules (settings, state, ledger, stop and keep
+rules), not the engine: the launchers load only to restate an experiment in flight. Each file is
+read once per campaign (campaign.yaml, state.json, results.tsv), and its rows and verdict are
+handed to whatever asks again (the rerun owed, the next step). The stop hook starts no process;
+session-start starts one git process, for the branch it prints.
 """
 
 from __future__ import annotations
@@ -294,8 +299,9 @@ def campaign_ref(folder: Path, root: Path, cwd: Path) -> str:
 # ---------------------------------------------------------------- what to do next
 
 
-def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
-    """The command(s) that move the campaign on, from its ledger and what is in flight."""
+def next_step(campaign, rows: list, experiments: list, ref: str, state=None, verdict=None) -> str:
+    """The command(s) that move the campaign on, from its ledger and what is in flight (`state`
+    and `verdict`: state.json and the stop verdict as the caller has them, else read again)."""
     flag = f" --campaign {ref}"
     many = len(experiments) > 1
     steps = []
@@ -316,7 +322,7 @@ def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
         elif item.phase.is_open:
             where = f" in {item.workdir}" if item.workdir else ""
             steps.append(f"edit the files of {item.key}{where}, then `ars exp run{slug}{flag}`")
-    owed = _owed_rerun(campaign) if not experiments and rows else None
+    owed = _owed_rerun(campaign, state, rows, verdict) if not experiments and rows else None
     if owed is not None:
         steps.append(f"`ars exp rerun '#{owed.rerun_of}'{flag}` ({owed.reason})")
     elif not experiments:
@@ -330,13 +336,14 @@ def next_step(campaign, rows: list, experiments: list, ref: str) -> str:
     return "; ".join(steps)
 
 
-def _owed_rerun(campaign):
+def _owed_rerun(campaign, state=None, rows: list | None = None, verdict=None):
     """The rerun the keep rule owes (`campaign/owed.py`: the rules and the campaign's facts, never
     the run machinery), asked only where the answer needs it: not while an experiment is in flight
-    or before the first row."""
+    or before the first row. `state`, `rows` and `verdict` as the hook has them: the ledger is
+    parsed once."""
     from autoresearch_skills.campaign.owed import owed_rerun
 
-    return owed_rerun(campaign)
+    return owed_rerun(campaign, state, rows, verdict)
 
 
 def progress_key(rows: list, experiments: list) -> str:
@@ -351,6 +358,8 @@ def progress_key(rows: list, experiments: list) -> str:
 
 @dataclass
 class StopDecision:
+    """The Stop hook's answer: block, with the reason the agent reads, or let the agent stop."""
+
     block: bool
     reason: str  # to the agent when blocking; why the stop is allowed otherwise
     campaign: str | None = None
@@ -374,10 +383,17 @@ def _read_counter(folder: Path) -> dict:
 
 
 def _write_counter(folder: Path, record: dict) -> None:
-    from autoresearch_skills.atomicfile import write_text_atomic
+    """Replaced whole (a reader sees the old count or the new one), without fsync: a count lost to
+    a power cut only starts the count again, and the agent waits for this hook at every stop."""
     from autoresearch_skills.clock import now_iso
 
-    write_text_atomic(folder / COUNTER_FILE, json.dumps({**record, "updated_at": now_iso()}, indent=2) + "\n")
+    path = folder / COUNTER_FILE
+    temporary = path.with_name(f".{COUNTER_FILE}.tmp{os.getpid()}")
+    try:
+        temporary.write_text(json.dumps({**record, "updated_at": now_iso()}, indent=2) + "\n")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)  # left only by a failed write
 
 
 def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecision:
@@ -404,12 +420,17 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
         if campaign.settings.policy:
             notes.append(f"{name}: the unattended loop drives it (`ars campaign status` to check on it)")
             continue
-        experiments = list(campaign.state.read().experiments.values())
+        state = campaign.state.read()
+        experiments = list(state.experiments.values())
         rows = campaign.rows()
-        verdict = campaign.verdict()
+        verdict = campaign.verdict(state=state, rows=rows)
         # A count met leaves the reruns the keep rule owes (screening's finish, the noise rule's
         # confirmations), while time remains: the best must not rest on one draw when reported.
-        owed = _owed_rerun(campaign) if not verdict.should_continue and not experiments else None
+        owed = (
+            _owed_rerun(campaign, state, rows, verdict)
+            if not verdict.should_continue and not experiments
+            else None
+        )
         if not verdict.should_continue and owed is None:
             notes.append(f"{name}: {verdict.line}")
             continue
@@ -439,7 +460,7 @@ def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecisi
             return StopDecision(True, reason, name, notes=notes)
         reason = (
             f"Campaign {name} is not finished: {verdict.line}. "
-            f"Next: {next_step(campaign, rows, experiments, ref)}. "
+            f"Next: {next_step(campaign, rows, experiments, ref, state, verdict)}. "
             "Keep going until the verdict says `stop condition met`, and report each result with its verdict "
             "line. If the user asked you to stop, run "
             f'`ars campaign pause --campaign {ref} --reason "..."` and then stop. '
@@ -481,45 +502,130 @@ def session_context(event: dict) -> str | None:
     cwd = event_cwd(event)
     if _nothing_here(cwd):
         return None
-    from autoresearch_skills import memory
     from autoresearch_skills.campaign import store
 
     root = find_up(cwd, CAMPAIGNS_DIR)
     folders = candidate_folders(root, cwd) if root else []
-    campaign = store.load(folders[0]) if folders else None
     sessions = _sessions_root(cwd, root)
-    active = campaign is not None and (_in_flight(campaign.folder) or campaign.verdict().should_continue)
+    if not folders:
+        return _restated(event, _memory_resume(cwd, sessions).rstrip()) if sessions else None
+    campaign = store.load(folders[0])
+    state = campaign.state.read()
+    rows = campaign.rows()
+    verdict = campaign.verdict(state=state, rows=rows)
+    active = bool(state.experiments) or verdict.should_continue
     if sessions is None and not active:
         return None
-    args = ["resume"]
-    if sessions:
-        args += ["--root", str(sessions)]
-    if campaign:
-        args += ["--campaign", str(campaign.folder)]
+    lines = [_resume_text(cwd, sessions, campaign, state, rows, verdict).rstrip()]
+    if campaign.paused:
+        lines.append(
+            f"paused: {campaign.paused}. Do not start new experiments until the user asks; "
+            f"`ars campaign resume {campaign.settings.name}` clears the pause."
+        )
+    elif campaign.settings.policy:
+        lines.append(
+            "next: the unattended loop drives this campaign: check it with `ars campaign status`; "
+            "if its process died, `ars campaign resume` continues it."
+        )
+    elif active and root is not None:  # root is where the campaign was found: never None here
+        ref = campaign_ref(campaign.folder, root, cwd)
+        experiments = list(state.experiments.values())
+        lines.append(f"next: {next_step(campaign, rows, experiments, ref, state, verdict)}")
+    return _restated(event, "\n".join(lines))
+
+
+def _restated(event: dict, text: str) -> str:
+    """`text` under the line that says what it is and why the session got it (its `source`)."""
+    source = event.get("source") or "startup"
+    header = f"autoresearch-skills ({source}): this repository has a research campaign or session record."
+    return f"{header}\n\n{text}"
+
+
+def _memory_resume(cwd: Path, sessions: Path) -> str:
+    """`ars memory resume --root SESSIONS` as printed in `cwd`: a session record and no campaign."""
+    from autoresearch_skills import memory
+
     restated = io.StringIO()
     with contextlib.redirect_stdout(restated), _chdir(cwd):
-        memory.cli.main(args, prog_name="ars memory", standalone_mode=False)
-    source = event.get("source") or "startup"
-    lines = [
-        f"autoresearch-skills ({source}): this repository has a research campaign or session record.",
-        "",
-    ]
-    lines.append(restated.getvalue().rstrip())
-    if campaign is not None:
-        if campaign.paused:
-            lines.append(
-                f"paused: {campaign.paused}. Do not start new experiments until the user asks; "
-                f"`ars campaign resume {campaign.settings.name}` clears the pause."
-            )
-        elif campaign.settings.policy:
-            lines.append(
-                "next: the unattended loop drives this campaign: check it with `ars campaign status`; "
-                "if its process died, `ars campaign resume` continues it."
-            )
-        elif active and root is not None:  # root is where the campaign was found: never None here
-            ref = campaign_ref(campaign.folder, root, cwd)
-            lines.append(f"next: {next_step(campaign, campaign.rows(), _in_flight(campaign.folder), ref)}")
-    return "\n".join(lines)
+        memory.cli.main(["resume", "--root", str(sessions)], prog_name="ars memory", standalone_mode=False)
+    return restated.getvalue()
+
+
+def _resume_text(cwd: Path, sessions: Path | None, campaign, state, rows: list, verdict) -> str:
+    """What `ars memory resume --root SESSIONS --campaign FOLDER` prints in `cwd` (the same
+    `memory.render_resume`, the same side effect: a timeline entry in the record), from the files
+    the hook has read already: only the facts it shows are gathered, so neither the launchers, the
+    slot pool nor the outputs are loaded, and one git call asks for the branch it prints.
+    tests/test_hooks.py holds the two texts equal."""
+    from autoresearch_skills import memory
+    from autoresearch_skills.session_record import PLAN_DONE, newest
+
+    session = newest(sessions) if sessions else None
+    facts: dict = {"branch": _resume_branch(cwd)}
+    if session:
+        record = session.state()
+        facts.update(
+            session=str(session.folder),
+            objective=record.goal,
+            status=record.current_status,
+            subtask=record.current_subtask,
+            subtask_closed=record.subtask_closed,
+            subtask_note=PLAN_DONE if record.subtask_closed and not record.subtask_done else "",
+            open_plan=[item for done, item in record.plan if not done],
+            blockers=record.blockers,
+            **session.read_handoff(),
+        )
+    facts["campaign"] = _campaign_facts(campaign, state, rows, verdict)
+    if session:
+        session.log("resume: context restored from the record")
+    return memory.render_resume(facts)
+
+
+def _campaign_facts(campaign, state, rows: list, verdict) -> dict:
+    """The campaign's lines of the restatement, as `campaign/status.status_facts` gives them; the
+    status module (and the launchers it reads a run's end with) loads only for an experiment in flight."""
+    from autoresearch_skills.campaign import noise
+
+    s = campaign.settings
+    experiments = list(state.experiments.values())
+    in_flight = []
+    if experiments:
+        from autoresearch_skills.campaign.status import in_flight_facts
+
+        in_flight = [in_flight_facts(e) for e in experiments]
+    best = noise.best(rows, s.direction)
+    latest = rows[-1] if rows else None
+    return {
+        "name": s.name,
+        "folder": str(campaign.folder),
+        "metric": s.metric,
+        "direction": s.direction,
+        "stop_rules": s.stop_text or ", ".join(f"{k}={v}" for k, v in s.stop.items()),
+        "verdict": verdict.line,
+        "best": best.describe(s.metric) if best else None,
+        "latest": _latest_line(latest, s.metric) if latest else None,
+        "in_flight": in_flight,
+        "running": "; ".join(f["line"] for f in in_flight if f["phase"] == "running") or None,
+    }
+
+
+def _latest_line(row, metric: str) -> str:
+    """The latest row as it was written (status.py's `latest`)."""
+    value = f"{row.metric_value:.6f}" if row.status.is_finished() else "no metric"
+    return f"#{row.index} {row.status} {metric} {value} on {row.branch} @ {row.commit[:8]}: {row.text()}"
+
+
+def _resume_branch(cwd: Path) -> str:
+    """The branch `ars memory resume` names: checked out in `cwd`, `(detached)` on a detached HEAD,
+    `(not a git repository)` outside one; one git process (exit 1: detached, 128: no repository)."""
+    import subprocess
+
+    done = subprocess.run(
+        ["git", "symbolic-ref", "--quiet", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True
+    )
+    if done.returncode == 0:
+        return done.stdout.rstrip("\n") or "(detached)"
+    return "(detached)" if done.returncode == 1 else "(not a git repository)"
 
 
 @contextlib.contextmanager

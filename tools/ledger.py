@@ -97,6 +97,9 @@ _UNESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 
 @dataclass
 class Row:
+    """One line of the ledger, one attempt: its columns in file order (EXTRA_COLUMNS says what each
+    optional one holds)."""
+
     index: int = -1  # -1: assigned under the lock at append time
     branch: str = ""
     parent_commit: str = ""
@@ -231,6 +234,11 @@ class Row:
         return values
 
 
+# Fixed once: make_row runs for every line of every read of the ledger.
+_COLUMN_SET = frozenset(COLUMNS)
+_TEXT_FIELDS = tuple(f.name for f in fields(Row) if f.type == "str")
+
+
 class LedgerError(BadInput):
     pass
 
@@ -254,14 +262,14 @@ def unescape(field: str) -> str:
 
 def make_row(values: dict, where: str = "row") -> Row:
     """Validate and convert a mapping of column -> value (strings or typed) into a Row."""
-    unknown = set(values) - set(COLUMNS)
+    unknown = set(values) - _COLUMN_SET
     if unknown:
         raise LedgerError(
             f"{where}: unknown column(s) {', '.join(sorted(unknown))}; columns are: {' '.join(COLUMNS)}"
         )
     row = Row()
-    for name, value in values.items():
-        setattr(row, name, value if value is not None else getattr(row, name))
+    columns = vars(row)  # a plain dataclass: its columns are its attributes, set here in one go
+    columns.update({name: value for name, value in values.items() if value is not None})
     try:
         row.index = int(row.index)
     except (TypeError, ValueError):
@@ -286,9 +294,9 @@ def make_row(values: dict, where: str = "row") -> Row:
                 parse_iso(stamp)
             except ValueError:
                 raise LedgerError(f"{where}: {name} {stamp!r} is not an ISO 8601 timestamp") from None
-    for f in fields(Row):
-        if f.type == "str":
-            setattr(row, f.name, str(getattr(row, f.name)))
+    for name in _TEXT_FIELDS:
+        if type(columns[name]) is not str:
+            columns[name] = str(columns[name])
     row._type()
     row.job_id = row.job_id or "none"
     return row

@@ -74,6 +74,8 @@ _ENDING = (
 
 @dataclass
 class Target:
+    """A target on a metric (`val_bpb < 0.95`): reached when the best's value passes it."""
+
     metric: str
     op: str  # one of OPERATORS
     value: float
@@ -101,6 +103,8 @@ class Target:
 
 @dataclass
 class StopRules:
+    """A campaign's stop rules, each None (or False) when not set; `parse_text` reads them from words."""
+
     max_experiments: int | None = None  # attempts started, of any status, baseline included
     budget: float | None = None  # seconds from campaign start; becomes `deadline` when it starts
     deadline: str | None = None  # absolute ISO time, fixed once
@@ -287,7 +291,7 @@ def _compiled() -> list[tuple[str, re.Pattern]]:
     ]
 
 
-_SPLIT = re.compile(r"\s*(?:[,;]|\bor\b|\band\b|\bthen\b|\bbut\b)\s*", re.IGNORECASE)
+_SPLIT = r"\s*(?:[,;]|\bor\b|\band\b|\bthen\b|\bbut\b)\s*"  # compiled on first use, as the clauses
 _FORMS = (
     "'50 experiments', '10h total', '1h each', 'until 8am', 'overnight', 'by 2026-12-01T08:00', "
     "'40 GPU-hours', 'until val_bpb < 0.95', 'stop after 8 runs without improvement', "
@@ -301,7 +305,7 @@ def parse_text(text: str) -> StopRules:
     Clock times stay relative (`until`), like a budget: `fixed_at` turns them into the deadline
     when the campaign starts, and `describe`/`to_json` show the deadline they would give now."""
     rules = StopRules()
-    clauses = [c.strip(" .!") for c in _SPLIT.split(text.strip()) if c.strip(" .!")]
+    clauses = [c.strip(" .!") for c in re.split(_SPLIT, text.strip(), flags=re.IGNORECASE) if c.strip(" .!")]
     if not clauses:
         raise BadInput('empty stop rule; say e.g. "24 experiments or 6h total, 10m each"')
     for clause in clauses:
@@ -481,6 +485,8 @@ def load_file(path: str | Path) -> StopRules:
 
 @dataclass
 class Verdict:
+    """Whether the campaign goes on, the one line that says why (`line`), and the figures behind it."""
+
     should_continue: bool
     line: str
     trigger: str | None  # which rule stopped it, None while going on

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from statistics import median
 from typing import TYPE_CHECKING
 
 from autoresearch_skills.campaign import noise, screening
@@ -168,8 +167,16 @@ def typical_run_seconds(rows: list[Row], per_run_timeout: float | None) -> float
     spent = [r.elapsed_min * 60 for r in noise.deciding(rows) if r.status.is_finished() and r.elapsed_min > 0]
     if not spent:
         return per_run_timeout
-    typical = median(spent)
+    typical = _median(spent)
     return min(typical, per_run_timeout) if per_run_timeout else typical
+
+
+def _median(values: list[float]) -> float:
+    """statistics.median, without loading statistics (and fractions, decimal, random) into the
+    stop hook, which asks for the time kept for the finish before every deadline."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def finish_reserve(settings: Settings, rows: list[Row]) -> float:

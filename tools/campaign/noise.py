@@ -94,7 +94,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from autoresearch_skills.campaign import screening
-from autoresearch_skills.campaign.tdist import t_line
 from autoresearch_skills.outcome import Status
 
 FINISHED = (Status.KEEP, Status.DISCARD)  # the statuses of rows that carry a metric
@@ -269,6 +268,8 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Decision:
+    """The keep rule's verdict on one result: its status, how far it is from the best, and why."""
+
     status: Status  # keep, candidate or discard
     margin_sigma: float | None  # ahead (+) or behind (-) the best, in sigma of the difference
     runs: int  # runs pooled into this decision
@@ -652,6 +653,8 @@ def decide(
         reason = f"{subject} {verb} {about}; {why}".lstrip()
         measured = sigma if sigma is None or policy.seeded else None  # a fixed seed measured no noise
         return Decision(status, None, n, reason, measured, mean, best.key, dof)
+
+    from autoresearch_skills.campaign.tdist import t_line  # statistics loads with a decision, not in a hook
 
     z = ahead / (sigma * math.sqrt(1 / n + 1 / best.n))
     keep_at = t_line(policy.keep_line(n), dof)

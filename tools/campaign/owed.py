@@ -17,19 +17,24 @@ from autoresearch_skills.stoprule import FINISH_TIME, Verdict
 
 
 def noise_action(
-    campaign: Campaign, rows: list[Row], state: CampaignState, asking: str | None = None
+    campaign: Campaign,
+    rows: list[Row],
+    state: CampaignState,
+    asking: str | None = None,
+    verdict: Verdict | None = None,
 ) -> noise.Action | None:
     """The keep rule's next rerun among the rows of the latest fingerprint, or None: the noise
     rule's (a candidate's confirmation, the best's runs), or screening's (the baseline's repeats,
     then the finish once no new idea may start and none is in flight). `asking`: the rerun about
-    to launch, which asks whether it is owed, so it is not counted as made."""
+    to launch, which asks whether it is owed, so it is not counted as made. `verdict`: the stop
+    verdict of these rows and state, when the caller has it already."""
     s = campaign.settings
     if keeprule.rule(s, rows) == keeprule.SCREENING:
         ideas = sum(1 for e in state.launched if not e.is_rerun)
         pending = [
             e.rerun_of for e in state.experiments.values() if e.rerun_of is not None and e.key != asking
         ]
-        verdict = campaign.verdict(state=state)
+        verdict = campaign.verdict(state=state, rows=rows) if verdict is None else verdict
         return keeprule.owed(s, rows, ideas_open=verdict.may_start(), ideas_in_flight=ideas, pending=pending)
     return noise.next_action(
         rows, s.direction, fingerprint=noise.latest_fingerprint(rows), policy=s.noise_policy(),
@@ -42,39 +47,49 @@ def noise_action(
 END_RERUN_TRIGGERS = ("max_experiments", "patience", "target", FINISH_TIME)
 
 
-def owed_rerun(campaign: Campaign, state: CampaignState | None = None) -> noise.Action | None:
+def owed_rerun(
+    campaign: Campaign,
+    state: CampaignState | None = None,
+    rows: list[Row] | None = None,
+    verdict: Verdict | None = None,
+) -> noise.Action | None:
     """The rerun owed now: while new runs may start, the noise rule's next one; once the stop
     condition is met by a count, still the ones it owes while the time left fits a run, so a
-    campaign never ends on a best that rests on one draw. None when nothing is owed or paused."""
+    campaign never ends on a best that rests on one draw. None when nothing is owed or paused.
+    `state`, `rows` and their `verdict`: as the caller has them (the hooks), else read here, once."""
     state = campaign.state.read() if state is None else state
     if campaign.paused:
         return None
-    verdict = campaign.verdict(state=state)
-    if not verdict.may_start() and not time_for_one_more(verdict, campaign):
+    rows = campaign.rows() if rows is None else rows
+    verdict = campaign.verdict(state=state, rows=rows) if verdict is None else verdict
+    if not verdict.may_start() and not time_for_one_more(verdict, campaign, rows):
         return None
-    return next_rerun(campaign, state=state)
+    return next_rerun(campaign, rows=rows, state=state, verdict=verdict)
 
 
-def time_for_one_more(verdict: Verdict, campaign: Campaign) -> bool:
+def time_for_one_more(verdict: Verdict, campaign: Campaign, rows: list[Row] | None = None) -> bool:
     """Whether a rerun still fits before the deadline: one of the per-run limit (the noise rule),
     or of a typical run (screening's finish, whose time was kept for it)."""
     if verdict.should_continue or verdict.trigger not in END_RERUN_TRIGGERS:
         return False
     left, limit = verdict.remaining_seconds, verdict.per_run_timeout
-    rows = campaign.rows()
+    rows = campaign.rows() if rows is None else rows
     if keeprule.rule(campaign.settings, rows) == keeprule.SCREENING:
         limit = keeprule.typical_run_seconds(rows, limit)
     return left is None or (left > 0 and (limit is None or left >= limit))
 
 
 def next_rerun(
-    campaign: Campaign, rows: list[Row] | None = None, state: CampaignState | None = None
+    campaign: Campaign,
+    rows: list[Row] | None = None,
+    state: CampaignState | None = None,
+    verdict: Verdict | None = None,
 ) -> noise.Action | None:
     """The rerun the noise rule asks for before the next new experiment (a candidate's
     confirmation, or another run of the best), unless one for that commit is already in flight."""
     state = campaign.state.read() if state is None else state
     rows = campaign.rows() if rows is None else rows
-    action = noise_action(campaign, rows, state)
+    action = noise_action(campaign, rows, state, verdict=verdict)
     if action is None:
         return None
     if keeprule.rule(campaign.settings, rows) == keeprule.SCREENING:

@@ -61,7 +61,6 @@ from enum import Enum
 from functools import lru_cache
 from typing import Protocol
 
-from autoresearch_skills.campaign.tdist import t_line
 from autoresearch_skills.outcome import Status
 
 BASELINE_RUNS = 2  # runs of the baseline before the first idea: a first noise estimate
@@ -543,6 +542,8 @@ def verdict(rows: Sequence[ScreeningRow], direction: str) -> Verdict:
         return Verdict(
             Outcome.UNMEASURED, node.key, node.key, estimated, None, "the best is not re-measured yet"
         )
+    from autoresearch_skills.campaign.tdist import t_line  # statistics loads with a finish, not in a hook
+
     remeasured = sum(fresh_base) / len(fresh_base) - sum(fresh) / len(fresh)
     sd = noise * math.sqrt(1 / len(fresh) + 1 / len(fresh_base))
     z = remeasured / sd if sd > 0 else math.inf

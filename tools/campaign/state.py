@@ -64,6 +64,8 @@ _LOCKS: dict[Path, ReentrantFileLock] = {}
 
 @dataclass
 class _Edit:
+    """The edit open on a campaign in this process: its state and the JSON it was read or written as."""
+
     state: CampaignState
     written: str | None  # its JSON form as last read or written; None while there is no file
 
@@ -73,6 +75,8 @@ _EDITS: dict[Path, _Edit] = {}  # the edit open on each campaign in this process
 
 @dataclass
 class CampaignState:
+    """state.json: the experiments in flight, the closed attempts and the campaign's bookkeeping."""
+
     experiments: dict[str, Experiment] = field(default_factory=dict)
     closed: dict[str, Closed] = field(default_factory=dict)
     frozen: dict[str, str] = field(default_factory=dict)

@@ -39,6 +39,8 @@ PAUSE_FILE = "paused"  # JSON {reason, at}: written by `ars campaign pause`, rem
 
 @dataclass
 class Campaign:
+    """One campaign: its folder and its settings; its state.json and ledger are read through it."""
+
     folder: Path
     settings: Settings
 
@@ -94,13 +96,18 @@ class Campaign:
         return ledger.read(self.ledger) if self.ledger.exists() else []
 
     def verdict(
-        self, at: datetime | None = None, state: CampaignState | None = None, exclude: str | None = None
+        self,
+        at: datetime | None = None,
+        state: CampaignState | None = None,
+        exclude: str | None = None,
+        rows: list | None = None,
     ) -> Verdict:
         """The stop verdict; attempts still in flight (launched, not yet recorded) count as attempted.
-        `exclude`: an experiment not to count (the one about to be launched)."""
+        `exclude`: an experiment not to count (the one about to be launched). `state` and `rows`:
+        as the caller read them (read here when not given), so the ledger is parsed once."""
         state = self.state.read() if state is None else state
         launched = [e for e in state.launched if e.key != exclude]
-        rows = self.rows()
+        rows = self.rows() if rows is None else rows
         return evaluate(
             self.settings.stop_rules(),
             rows,
