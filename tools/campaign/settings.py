@@ -616,7 +616,7 @@ def _settings_table() -> dict[str, Key]:
         Key("gpus_per_run", integer(1), "GPUs each run gets from the pool, or asks Slurm for (default 1)"),
         Key("partition", slurm_value(), "Slurm: the partition (sbatch --partition)"),
         Key("mem", slurm_value(), "Slurm: memory per run (sbatch --mem), e.g. 64G"),
-        Key("cpus", slurm_value(), "Slurm: CPUs per run (sbatch --cpus-per-task)"),
+        Key("cpus", slurm_value(), "Slurm: CPUs per run (sbatch --cpus-per-task); each run gets as many threads (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) unless the environment sets them"),
         Key("baseline_repeats", integer(1), "baseline runs, to measure the noise between identical runs (default 2 when runs are under 30 min, else 1; under keep_rule noise 4, else 1, and every new best is run as often); without `seed:`, two identical runs end the repeats (a fixed seed: reruns cannot measure noise)"),
         Key("noise_margin", number(above=0), "a pooled mean of 2 runs is kept when it leads the best by this many sigma of the difference, 0.15 less per further run, as a Student t line at sigma's degrees of freedom (default 2.5)"),
         Key("comparable_margin", number(at_least=0), "how far (as a fraction) steps or throughput may differ from the parent's for rows to be ranked together"),
