@@ -2,7 +2,8 @@
 
 A floor is the least the same work can cost on this machine right now: `python -c pass` for a
 command's start-up, a plain read of the same file for a log scan, orjson over the same files for a
-reward profile, a bare `subprocess.run` of the same command for an experiment's orchestration. On
+reward profile, a bare `subprocess.run` of the same command for an experiment's orchestration (Ray alone,
+the same jobs submitted straight to the cluster, for the Ray launcher's). On
 a machine shared with others, a figure and its floor slow down together, so their ratio holds
 where the raw figure does not.
 

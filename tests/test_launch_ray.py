@@ -1,9 +1,11 @@
 """The Ray Jobs launcher against a real Ray head on this machine, with 4 logical GPUs.
 
 One head serves the whole test run, whatever the number of pytest-xdist workers: the first
-worker that needs it starts it (`ray start --head`, loopback only, a private --temp-dir), the
-last one to finish stops it (`ray stop --force`). Where Ray is not installed or the head cannot
-start, the tests that need it skip with the reason; tests of our own checks run everywhere.
+worker that needs it starts it (`ray start --head`, loopback only, a private --temp-dir, in a
+process group of its own), the last one to finish kills that group (what `ray stop --force` does,
+but to this head alone: `ray stop` would stop every Ray head on the machine, another test run's or
+a benchmark's). Where Ray is not installed or the head cannot start, the tests that need it skip
+with the reason; tests of our own checks run everywhere.
 Only the placement test asks for GPUs, so another test running beside it cannot take them.
 """
 
@@ -63,13 +65,19 @@ def _start_head(shared: Path) -> dict:
     port, dashboard = _free_port(), _free_port()
     argv = [RAY, "start", "--head", "--num-cpus", "2", "--num-gpus", "4", "--disable-usage-stats",
             "--node-ip-address", "127.0.0.1", "--port", str(port), "--dashboard-host", "127.0.0.1",
-            "--dashboard-port", str(dashboard), "--include-dashboard", "true", "--temp-dir", str(temp)]  # fmt: skip
+            "--dashboard-port", str(dashboard), "--include-dashboard", "true", "--temp-dir", str(temp),
+            # ports of its own, or a second head on this machine (another test run's) has no job agent
+            "--dashboard-agent-listen-port", str(_free_port()), "--ray-client-server-port", str(_free_port())]  # fmt: skip
+    starting = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)  # fmt: skip
     try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=HEAD_START)
+        output, _ = starting.communicate(timeout=HEAD_START)
     except subprocess.TimeoutExpired:
-        return {"skip": f"`ray start --head` did not finish in {HEAD_START}s", "temp": str(temp)}
-    if result.returncode != 0:
-        return {"skip": f"`ray start --head` failed: {(result.stderr or result.stdout).strip()[-400:]}"}
+        _stop_head({"group": starting.pid, "temp": str(temp)})
+        return {"skip": f"`ray start --head` did not finish in {HEAD_START}s"}
+    if starting.returncode != 0:
+        _stop_head({"group": starting.pid, "temp": str(temp)})
+        return {"skip": f"`ray start --head` failed: {output.strip()[-400:]}"}
     address = f"http://127.0.0.1:{dashboard}"
     info: dict = {}
     give_up = time.monotonic() + 60
@@ -77,8 +85,20 @@ def _start_head(shared: Path) -> dict:
         info = ray_launcher.cluster_info(address)  # the head reports its resources a few seconds in
         time.sleep(0.5)
     if not info.get("reachable"):
+        _stop_head({"group": starting.pid, "temp": str(temp)})
         return {"skip": f"the Ray head started but its dashboard does not answer: {info.get('why')}"}
-    return {"address": address, "temp": str(temp)}
+    return {"address": address, "temp": str(temp), "group": starting.pid}
+
+
+def _stop_head(head: dict) -> None:
+    """Kill the head's process group (`ray start` led it; its daemons and workers are in it)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(head["group"], signal.SIGKILL)
+        give_up = time.monotonic() + 10  # its files go once its processes have: they write to them
+        while time.monotonic() < give_up:
+            os.killpg(head["group"], 0)
+            time.sleep(0.1)
+    shutil.rmtree(head["temp"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -102,8 +122,7 @@ def ray_head(tmp_path_factory) -> str:
         left = [line for line in users.read_text().split() if line != str(os.getpid())]
         users.write_text("".join(f"{pid}\n" for pid in left))
         if not left:  # the last worker out stops the head
-            subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
-            shutil.rmtree(head["temp"], ignore_errors=True)
+            _stop_head(head)
 
 
 @pytest.fixture
@@ -136,6 +155,7 @@ def test_a_job_exits_with_its_code_its_log_streamed_and_its_metric_read(launcher
     log = spec.log_path.read_text()
     assert log.splitlines()[0] == f"ars: ray job {run.run_id} at {ray_head}, working dir: shared ({tmp_path})"
     assert f"cwd {tmp_path} it's $HOME; `quoted`" in log and log.rstrip().endswith("ars-exit: 3")
+    assert (tmp_path / "logs" / "ok.log.exit").read_text() == "3 exited\n"  # the end, seen without asking Ray
     assert [s.value for s in metrics.extract(spec.log_path, "karpathy")] == [1.25]
     [job] = ray_jobs(ray_head, run.run_id)
     assert (job.status, job.driver_exit_code) == ("FAILED", 3)
@@ -247,6 +267,21 @@ def test_cluster_info_says_version_and_free_resources(ray_head):
     assert info["reachable"] and info["version"] == ray.__version__
     assert (info["gpus_total"], info["cpus_total"]) == (4.0, 2.0)
     assert 0 <= info["gpus_free"] <= 4
+
+
+def test_the_watcher_asks_job_by_job_or_lists_them_all_and_both_answer_alike(launcher, ray_head, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    from autoresearch_skills.launch.ray_watch import ONE_BY_ONE, ask
+
+    run = launcher.start(RunSpec(command="true", log_path=tmp_path / "w.log", cwd=tmp_path, timeout=60,
+                                 name=unique("watch")))  # fmt: skip
+    assert launcher.wait(run, 60).name == "exited"
+    client = JobSubmissionClient(ray_head)
+    ghosts = [f"ars-never-{uuid.uuid4().hex[:6]}" for _ in range(ONE_BY_ONE)]
+    by_job, listed = ask(client, [run.run_id, ghosts[0]]), ask(client, [run.run_id, *ghosts])
+    assert list(by_job) == list(listed) == [run.run_id]  # a job the cluster does not know is left out
+    assert by_job[run.run_id].status == listed[run.run_id].status == "SUCCEEDED"
 
 
 # -- lost, forgotten, adopted --------------------------------------------------------
@@ -469,7 +504,8 @@ def test_a_job_queued_behind_another_is_not_timed_out_for_its_first_step(ray_hea
     train = TRAIN.replace(
         "time.sleep(SLEEP)", 'print("step 00001 (1.0%) | loss: 3.0", flush=True)\ntime.sleep(SLEEP)'
     )
-    repo = make_repo(tmp_path / "project", {"train.py": train.replace("SLEEP = 0.0", "SLEEP = 7.0")})
+    # queued for the other's 5 s and more: past its 4 s first-step timeout, were its clock started at submission
+    repo = make_repo(tmp_path / "project", {"train.py": train.replace("SLEEP = 0.0", "SLEEP = 5.0")})
     path = write_campaign(repo, "rcqueue", ray_head, {"kind": "grid", "space": {"LR": [0.02, 0.04]}},
                           "3 experiments", parallel=2, gpus_per_run=4, first_step_timeout="4s")  # fmt: skip
     ars(repo, "campaign", "run", str(path), env={"RAY_ADDRESS": ""}, timeout=170)

@@ -26,27 +26,34 @@ Mechanism:
 - The run file is written before the job is submitted: a process killed in between leaves the
   submission id on disk, and whoever looks next adopts the job, or submits it once when the
   cluster never heard of it. Never twice: Ray refuses a second job under one submission id.
-- One follower process per run (`python -m autoresearch_skills.launch.ray follow`, detached, so
-  it outlives the loop that started it) tails the job's log over Ray's websocket into the log
-  file and stops the job at its deadline. It holds a lock on `<log>.follow` (and writes its own
+- One follower process per run (`python -m autoresearch_skills.launch.ray follow`, in a session
+  of its own, so it outlives the loop that started it; `start` does not wait for it) tails the
+  job's log over Ray's websocket into the log file and stops the job at its deadline. It holds a lock on `<log>.follow` (and writes its own
   notes there); `status` starts another when none holds it (after a reboot), which skips the
   bytes already copied. The deadline counts from the moment the job runs, not from the queue.
 - The entrypoint ends with `ars-exit: STATUS` in the log: the exit code when Ray reports FAILED
-  without `driver_exit_code` (older Ray), or has forgotten the job.
+  without `driver_exit_code` (older Ray), or has forgotten the job. With a shared working dir it
+  also writes `<log>.exit` (`STATUS exited`, as the Slurm batch script does): the command's end
+  is then a local event, seen without asking the cluster.
 - `status` and `wait` read the cluster through the process's one watcher per address
-  (ray_watch.py): one `list_jobs()` for every job in flight, at most every 5 s while nothing
-  changes, at once when the log starts growing or the follower sees the stream end. A final
+  (ray_watch.py): one question for every job in flight, 0.5 s after a submit, at most every 5 s
+  while nothing changes, at once when `<log>.exit` appears, the log starts growing or the
+  follower sees the stream end; `wait` looks at those files every LOCAL_POLL seconds. A final
   state waits for the follower's last bytes (or copies them itself) before it is recorded, so
   the judge reads the whole log. `cancel` and the timeout call `stop_job` (SIGTERM to the
   entrypoint's process tree, SIGKILL after the grace) and say why in `<log>.stop`.
 
-Limits, measured on a local head (Ray 2.60, 2 CPUs, bench/bench_ray.py): a run that does nothing
-costs 1.45 s from `start` to its recorded end, one at a time, 0.89 s each four at once (the local
-launcher: 0.06 s); submitting takes about 30 ms (1 s for the first job of a fresh head); Ray's log
-stream polls its file once a second, so a line reaches the run log 1-2 s after it is printed; a follower costs 100 MB of memory and 1.3 s of CPU to start (it imports
-Ray's client). Ray itself fails a job it could not place within RAY_JOB_START_TIMEOUT_SECONDS
-(15 min by default, a setting of the head): such a run is lost with Ray's message, so keep
-`parallel` within what the cluster can place. `stop_job` on a job Ray has not placed yet leaves
+Limits, measured on a local head (Ray 2.60, 2 CPUs, bench/bench_ray.py, a 2-core machine at load
+10-13): a run that does nothing costs 2.30 s from `start` to its recorded end one at a time, 2.26 s
+each four at once, where Ray alone (`submit_job`, then `get_job_status` every 50 ms) takes 1.76 s
+and 1.59 s for the same jobs: Ray starts a worker process for each job, at most as many at once as
+the head has CPUs. The launcher's own 0.5-0.7 s is mostly its follower's start beside Ray's (100 MB
+and 1.3 s of CPU: it imports Ray's client). `submit_job` takes about 40 ms (1 s for the first job
+of a fresh head), `ray job submit --no-wait` 4-5 s (a Python that imports Ray). Ray's log stream
+polls its file once a second, so a line reaches the run log 1-2 s after it is printed. Ray itself
+fails a job it could not place within RAY_JOB_START_TIMEOUT_SECONDS (15 min by default, a setting
+of the head): such a run is lost with Ray's message, so keep `parallel` within what the cluster
+can place. `stop_job` on a job Ray has not placed yet leaves
 it PENDING until it is placed, then stops it at once: the run is recorded cancelled right away.
 Processes that left the entrypoint's tree (double-forked daemons) outlive `stop_job`, as they do
 under `ray job stop`.
@@ -79,7 +86,7 @@ from autoresearch_skills.launch.local import prepare_run, record, save_new
 from autoresearch_skills.launch.ray_watch import client, first_line, watcher
 from autoresearch_skills.launch.runindex import remember
 
-LOCAL_POLL = 0.25  # seconds between looks while waiting (file stats; the cluster on the watcher's schedule)
+LOCAL_POLL = 0.1  # seconds between looks at the run's files while waiting (the cluster: on the watcher's)
 CANCEL_WAIT = 60.0  # beyond the grace, for Ray to report the end of a stopped job
 FLUSH_WAIT = 10.0  # seconds for a follower to go once told to (it holds the log open)
 LOST_AFTER = 120.0  # seconds a cluster may stay silent before its runs are lost
@@ -94,6 +101,7 @@ MODULE = "autoresearch_skills.launch.ray"
 RESOURCES = {"gpus": "entrypoint_num_gpus", "cpus": "entrypoint_num_cpus", "mem": "entrypoint_memory"}
 
 _respawned: dict[str, float] = {}  # run id -> time.monotonic() of the last follower start here
+_followers: list[subprocess.Popen] = []  # followers started here, reaped once they end (no zombies)
 
 
 class RayLauncher:
@@ -137,11 +145,15 @@ class RayLauncher:
             where = f"working dir: upload ({root}" + (
                 f"; left out, over {UPLOAD_FILE_MB:g} MB: {', '.join(left_out)})" if left_out else ")"
             )
-        entry += f" < /dev/null; s=$?; echo {EXIT_MARK} $s; exit $s"
+        entry += f" < /dev/null; s=$?; echo {EXIT_MARK} $s; "
+        if mode == "shared":  # the end as a local event: status sees it at once, without asking the cluster
+            done = shlex.quote(str(exit_file(run)))
+            entry += f"{{ printf '%s exited\\n' $s > {done}.tmp && mv -f {done}.tmp {done}; }} 2>/dev/null; "
+        entry += "exit $s"
         header = f"ars: ray job {run.run_id} at {url}, {where}\n".encode()
         log = Path(run.log_path)
         log.write_bytes(header)
-        for stale in (stop_file(run), follow_file(run)):
+        for stale in (stop_file(run), follow_file(run), exit_file(run)):
             stale.unlink(missing_ok=True)
         run.extra.update(
             address=url,
@@ -154,7 +166,7 @@ class RayLauncher:
         submit(run)
         remember(run)
         spawn_follower(run)
-        watcher(url).track(run.run_id)
+        watcher(url).submitted(run.run_id)
         return run
 
     # -- judge ------------------------------------------------------------------
@@ -174,6 +186,8 @@ class RayLauncher:
                 return record(current, State("lost", None, f"the Ray cluster at {address} has not answered "
                                              f"for {watch.unanswered_for:.0f}s: {job.error}"))  # fmt: skip
             return State(current.state, None, f"the Ray cluster at {address} does not answer: {job.error}")  # type: ignore[arg-type]
+        if not job.asked:  # submitted by this process a moment ago: Ray holds it PENDING
+            return State("pending", None, "submitted to Ray")
         if job.details is None:
             if not current.extra.get("submitted"):  # its submitter died before the cluster heard of it
                 submit(current)
@@ -391,8 +405,21 @@ def forgotten_state(run: Run) -> State:
     )
 
 
+def exit_file(run: Run) -> Path:
+    """`STATUS exited`, written by the entrypoint as it ends, when it shares this file system."""
+    return Path(run.log_path + ".exit")
+
+
 def exit_mark(run: Run) -> int | None:
-    """The status in the entrypoint's `ars-exit:` line, from the end of the run log."""
+    """The status the entrypoint wrote as it ended: `<log>.exit` (a shared working dir), else its
+    `ars-exit:` line at the end of the run log."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(exit_file(run).read_text().split()[0])
+    return logged_exit(run)
+
+
+def logged_exit(run: Run) -> int | None:
+    """The status in the entrypoint's `ars-exit:` line, when the run log holds it (at its end)."""
     try:
         with open(run.log_path, "rb") as log:
             log.seek(0, os.SEEK_END)
@@ -496,15 +523,18 @@ def _may_respawn(run_id: str) -> bool:
 
 
 def spawn_follower(run: Run) -> None:
-    """Start the run's follower, detached (it outlives this process); returns once it forked."""
+    """Start the run's follower in a session of its own (it outlives this process); returns at
+    once, without waiting for its Python to start. Followers that ended are reaped here."""
     _respawned[run.run_id] = time.monotonic()
-    subprocess.run(
-        [sys.executable, "-m", MODULE, "follow", run.state_path],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=60,
-        check=False,
+    _followers[:] = [child for child in _followers if child.poll() is None]
+    _followers.append(
+        subprocess.Popen(
+            [sys.executable, "-m", MODULE, "follow", run.state_path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     )
 
 
@@ -516,8 +546,9 @@ def follower_pid(run: Run) -> int | None:
 
 def complete_log(run: Run) -> None:
     """Before a final state is recorded: stop the follower and copy what it has not written yet
-    from Ray's stored log. Ray's stream polls the log file once a second and closes 2-5 s after
-    the job ends; the stored log is complete as soon as Ray reports the end."""
+    from Ray's stored log (the whole log, so only when its last line is missing). Ray's stream
+    polls the log file once a second and closes 2-5 s after the job ends; the stored log is
+    complete as soon as Ray reports the end."""
     pid = follower_pid(run)
     if pid and follower_alive(run):
         with contextlib.suppress(OSError):
@@ -527,6 +558,8 @@ def complete_log(run: Run) -> None:
         time.sleep(0.02)
     if follower_alive(run):
         return  # still writing: copying beside it would write lines twice
+    if logged_exit(run) is not None:
+        return  # the follower copied the entrypoint's last line: nothing is missing
     address = run.extra.get("address")
     try:
         text = client(address).get_job_logs(run.run_id)
@@ -640,14 +673,12 @@ def cluster_info(address: str | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m autoresearch_skills.launch.ray follow RUN_FILE`: the follower, detached."""
+    """`python -m autoresearch_skills.launch.ray follow RUN_FILE`: the follower (spawn_follower
+    starts it in a session of its own)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "follow":
         print("usage: python -m autoresearch_skills.launch.ray follow RUN_FILE", file=sys.stderr)
         return 2
-    if os.fork():  # the caller waits for this first process only; the follower lives on alone
-        os._exit(0)
-    os.setsid()
     return follow(args[1])
 
 

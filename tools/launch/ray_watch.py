@@ -1,4 +1,4 @@
-"""What a Ray cluster says about our jobs: one watcher per cluster, one `list_jobs()` for all jobs in flight.
+"""What a Ray cluster says about our jobs: one watcher per cluster, one question for all jobs in flight.
 
 Contract: `watcher(address).look(submission_id)` answers what the cluster last said about a job
 (a `Job`: Ray's `JobDetails`, or none when the cluster knows no such job, and an error when the
@@ -6,19 +6,26 @@ cluster did not answer). However many callers ask, and however often (every Run 
 scheduler's tick, the launcher's own wait, several Run objects for one job), the cluster is
 asked on the watcher's schedule only, the schedule of Slurm's watcher (slurm_watch.py):
 
-- at once for a job the watcher has not seen, and after `hint` (the job's log started, its log
-  follower saw the stream end) or `invalidate` (after `stop_job`);
+- at once for a job the watcher has not seen (0.5 s on for one this process has just submitted:
+  Ray holds a new job PENDING while it starts a worker for it), and after `hint` (the job's
+  command ended, its log started, its log follower saw the stream end) or `invalidate` (after
+  `stop_job`);
 - otherwise once the newest answer is older than the backoff: 0.5 s after a submit or a change,
-  growing by 1.5x to 5 s while nothing changes. Then one `list_jobs()` refreshes every job.
+  growing by 1.5x to 5 s while nothing changes; 0.1 s, growing the same way, while a job whose
+  command has ended (its `<log>.exit` appeared) is still RUNNING for Ray, which notes the end of
+  the entrypoint within about 0.1 s. Then one question refreshes every job in flight:
+  `get_job_info` for each while at most ONE_BY_ONE are, else one `list_jobs()` for all.
 
 `client(address)` is the process's one `JobSubmissionClient` per address: Ray is imported on
 first use only (it is an optional extra, and `import ray.job_submission` costs 1.3 s and 100 MB).
 An explicit address wins over RAY_ADDRESS, as a command-line flag does; without one, Ray's own
 rules apply (RAY_API_SERVER_ADDRESS, RAY_ADDRESS, then the cluster started on this machine).
 
-Limits, measured on a local head (Ray 2.60, 2 CPUs): `list_jobs()` answers in 20-25 ms with a
-few dozen jobs; it returns every job the cluster remembers, so a head with thousands of old
-jobs answers slower (delete old ones with `ray job delete`). A cluster that does not answer is
+Limits, measured on a local head (Ray 2.60, 2 CPUs): `get_job_info` answers in about 5 ms;
+`list_jobs()` in 20-25 ms with a few dozen jobs, 120 ms with 376 (`get_job_info` 6 ms, at the same
+moment of a busy machine): it returns every job the cluster remembers, so with more than ONE_BY_ONE
+jobs in flight a head with thousands of old jobs answers slower (delete old ones with
+`ray job delete`). A cluster that does not answer is
 asked again on the same schedule; `unanswered_for` says since when it has been silent, and the
 launcher calls its runs lost after LOST_AFTER seconds of that. One process, one thread.
 """
@@ -36,7 +43,9 @@ from autoresearch_skills.errors import BadInput
 
 FIRST = 0.5  # seconds to the next query after a submit, a change of state, a hint or a stop ...
 GROWTH = 1.5
-MOST = 5.0  # ... growing to this while nothing changes: one list_jobs() every 5 s for all jobs
+MOST = 5.0  # ... growing to this while nothing changes: one question every 5 s for all jobs
+ENDING = 0.1  # ... or from this, for a job whose command has ended: Ray notes the end within ~0.1 s
+ONE_BY_ONE = 8  # jobs asked one get_job_info() each; more at once: one list_jobs() for all
 IN_FLIGHT = frozenset({"PENDING", "RUNNING"})  # Ray's JobStatus values that are not final
 ADDRESS_VARIABLES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")  # Ray's client reads these first
 INSTALL = "pip install 'autoresearch-skills[ray]' (Ray's job client, ray[default])"
@@ -66,6 +75,11 @@ class Job:
     def final(self) -> bool:
         return self.forgotten or (self.details is not None and self.status not in IN_FLIGHT)
 
+    @property
+    def ending(self) -> bool:
+        """Its command has ended (a local sign), and Ray has not said so yet."""
+        return "ended" in self.hints and not self.final
+
 
 class RayWatcher:
     """The jobs of one cluster in this process and the schedule on which it is asked about them."""
@@ -83,6 +97,15 @@ class RayWatcher:
         if job is None:
             job = self.jobs[submission_id] = Job(submission_id)
             self.delay = FIRST
+        return job
+
+    def submitted(self, submission_id: str) -> Job:
+        """A job this process has just submitted: Ray holds it PENDING for a while (it starts a
+        worker for the job), so it is first asked FIRST seconds on, not at the next look."""
+        job = self.track(submission_id)
+        job.stale = False
+        now = time.monotonic()
+        self.due = now + FIRST if self.due <= now else min(self.due, now + FIRST)
         return job
 
     def look(self, submission_id: str) -> Job:
@@ -116,7 +139,7 @@ class RayWatcher:
         return 0.0 if self.silent_since is None else time.time() - self.silent_since
 
     def refresh(self) -> None:
-        """One list_jobs() for every job in flight (and every stale one); then the next due time."""
+        """One question for every job in flight (and every stale one); then the next due time."""
         asked = [job for job in self.jobs.values() if job.stale or not job.final]
         if not asked:
             return
@@ -124,7 +147,7 @@ class RayWatcher:
         expected = any(job.stale for job in asked)
         self.queries += 1
         try:
-            listed = {d.submission_id: d for d in client(self.address).list_jobs() if d.submission_id}
+            listed = ask(client(self.address), [job.submission_id for job in asked])
             error = ""
         except BadInput as err:
             listed, error = {}, err.message
@@ -141,8 +164,26 @@ class RayWatcher:
             if not error:
                 job.asked, job.details = True, listed.get(job.submission_id)
         changed = any(before[job.submission_id] != (job.asked, job.status) for job in asked)
-        self.delay = FIRST if changed or expected else min(self.delay * GROWTH, MOST)
+        start = ENDING if any(job.ending for job in asked) else FIRST
+        self.delay = start if changed or expected else min(self.delay * GROWTH, MOST)
         self.due = time.monotonic() + self.delay
+
+
+def ask(ray: Any, submission_ids: list[str]) -> dict[str, Any]:
+    """JobDetails by submission id, for these jobs (one missing: the cluster does not know it).
+    `get_job_info` job by job while few are asked: `list_jobs()` returns every job the cluster
+    remembers, and its cost grows with that history."""
+    if len(submission_ids) > ONE_BY_ONE:
+        wanted = set(submission_ids)
+        return {d.submission_id: d for d in ray.list_jobs() if d.submission_id in wanted}
+    found = {}
+    for submission_id in submission_ids:
+        try:
+            found[submission_id] = ray.get_job_info(submission_id)
+        except RuntimeError as err:  # "Request failed with status code 404: Job x does not exist."
+            if "does not exist" not in str(err):
+                raise
+    return found
 
 
 _WATCHERS: dict[str | None, RayWatcher] = {}
