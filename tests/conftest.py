@@ -1,31 +1,66 @@
-"""Shared fixtures: real processes, real git, real tmux on private sockets."""
+"""Shared fixtures: real processes, real git, real tmux on private sockets; the order of a run."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
+# Tests whose time is mostly a real clock: Slurm's time limits and its minute-granular accounting,
+# a whole demo campaign, Ray's job supervisor, runs that must go silent or hang for a while. Each
+# xdist worker starts its share of them first (see pytest_collection_modifyitems); started last,
+# one of them alone would hold the end of the run for a minute or more. The durations of the
+# previous run, where pytest's cache has them, add the slowest tests of this machine to the list.
+LONG_TESTS = (
+    "tests/test_demo.py::",
+    "tests/test_launch_slurm.py::test_job_over_its_time_limit",
+    "tests/test_slurm_watch.py::",
+    "tests/test_slurm_allocation.py::",
+    "tests/test_launch_ray.py::test_a_job_queued_behind_another",
+    "tests/test_launch_ray.py::test_a_parallel_campaign_runs_its_grid",
+    "tests/test_launch_ray.py::test_a_job_exits_with_its_code",
+    "tests/test_launch_ray.py::test_cancel_stops_the_job",
+    "tests/test_reworded.py::test_a_campaigns_statuses",
+    "tests/test_objectives.py::test_a_two_objective_campaign",
+    "tests/test_tmux_lost.py::test_status_and_doctor_show_a_run_lost",
+)
+LONG_GUESS = 30.0  # seconds expected of a test in LONG_TESTS that the cache does not know
+LONG_SECONDS = 10.0  # a test this long or longer is placed; shorter ones fill the gaps anywhere
+SLOWEST_KEY = "ars/slowest"  # pytest's cache: {nodeid: seconds} of the previous run's slowest tests
+SLOWEST_KEPT = 40  # the cache keeps this many; past them, tests are shorter than LONG_SECONDS
+
 
 def pytest_configure(config):
-    """Compiled bytecode for every process of the run, in one folder of its own.
+    """Compiled bytecode for every process of the run, in a folder kept between runs.
 
     The suite starts `ars` and training scripts as real processes, hundreds of them. Where
     PYTHONDONTWRITEBYTECODE is set (CI images, sandboxes), each one would compile every module it
-    imports from source again, as no installed package does: ~0.2 s a process on a 2-core machine.
-    There, the bytecode goes to a folder new for each run (a fresh clone's first run pays the
-    compilation once), outside the working tree (nothing appears in `git status` or in the test
-    repositories), shared by the xdist workers, which inherit the environment set here before they
-    start.
+    imports from source again, as no installed package does: ~0.2 s a process on a 2-core machine;
+    and each xdist worker would rewrite the asserts of every test module: 10 s of CPU a worker,
+    against 2 s with the rewritten modules kept. There, the bytecode goes to pytest's cache folder
+    (.pytest_cache/d/pycache, ignored by git; nothing appears in the test repositories), kept
+    between runs as __pycache__ is, shared by the xdist workers, which inherit the environment set
+    here before they start. Bytecode of modules in temporary folders (a test repository's
+    prepare.py) is dropped at the start of each run, so the folder does not grow. Without pytest's
+    cache (-p no:cacheprovider), a folder new for each run.
     """
     if hasattr(config, "workerinput") or not os.environ.get("PYTHONDONTWRITEBYTECODE"):
         return  # a worker inherits the controller's choice; elsewhere Python writes __pycache__ as usual
-    folder = tempfile.mkdtemp(prefix="ars-tests-pycache-")
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        folder = str(cache.mkdir("pycache"))
+        shutil.rmtree(Path(folder, *Path(tempfile.gettempdir()).parts[1:]), ignore_errors=True)
+    else:
+        folder = tempfile.mkdtemp(prefix="ars-tests-pycache-")
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
     os.environ["PYTHONPYCACHEPREFIX"] = folder
     del os.environ["PYTHONDONTWRITEBYTECODE"]
-    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    sys.pycache_prefix, sys.dont_write_bytecode = folder, False  # this process too (without xdist)
 
 
 @pytest.fixture(autouse=True)
@@ -55,3 +90,75 @@ def _git_identity():
     }.items():
         os.environ.setdefault(key, value)
     yield
+
+
+def _slowest_before(config) -> dict[str, float]:
+    """The previous run's slowest tests, read once per process (another run may rewrite the cache)."""
+    if not hasattr(config, "_ars_slowest"):
+        if hasattr(config, "workerinput"):  # every worker orders by what the controller read
+            config._ars_slowest = config.workerinput.get(SLOWEST_KEY, {})
+        else:
+            cache = getattr(config, "cache", None)  # absent with -p no:cacheprovider
+            config._ars_slowest = cache.get(SLOWEST_KEY, {}) if cache is not None else {}
+    return config._ars_slowest
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist: each worker gets the controller's list, so that all of them collect the same order."""
+    node.workerinput[SLOWEST_KEY] = _slowest_before(node.config)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each xdist worker's first tests are its share of the long ones.
+
+    `--dist worksteal` hands each worker one of N equal consecutive slices of the collection, and a
+    worker that runs dry steals from the end of another's slice. The long tests go to the heads of
+    the slices, longest first, each to the slice with the least long work so far: they start at
+    once, side by side with short ones, and short ones are what is left to steal at the end.
+    """
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    known = _slowest_before(config)
+
+    def expected(item) -> float:
+        return known.get(item.nodeid, LONG_GUESS if item.nodeid.startswith(LONG_TESTS) else 0.0)
+
+    long = sorted((item for item in items if expected(item) >= LONG_SECONDS), key=expected, reverse=True)
+    if not long:
+        return
+    slices: list[list] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for item in long:
+        k = loads.index(min(loads))
+        slices[k].append(item)
+        loads[k] += expected(item)
+    chosen = {id(item) for item in long}
+    short = iter([item for item in items if id(item) not in chosen])
+    remaining = len(items)
+    for k, part in enumerate(slices):
+        size = remaining // (workers - k)  # worksteal's own split of the collection
+        remaining -= size
+        part.extend(itertools.islice(short, max(0, size - len(part))))
+    items[:] = [item for part in slices for item in part] + list(short)
+
+
+# nodeid -> seconds of the test itself, in the controller. Set-up is left out: a module-scoped
+# fixture's set-up is paid by whichever test comes first, and moving that test away from its
+# module would pay it twice.
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller hears all
+        _durations[report.nodeid] = report.duration
+
+
+def pytest_sessionfinish(session):
+    """Keep the slowest tests in pytest's cache, for the next run's order: this run's times replace
+    those of the tests it ran, so a run of a few files keeps what a whole run learnt of the others."""
+    cache = getattr(session.config, "cache", None)
+    if hasattr(session.config, "workerinput") or cache is None or not _durations:
+        return
+    merged = {**cache.get(SLOWEST_KEY, {}), **_durations}
+    slowest = sorted(merged.items(), key=lambda pair: pair[1], reverse=True)[:SLOWEST_KEPT]
+    cache.set(SLOWEST_KEY, {nodeid: round(seconds, 1) for nodeid, seconds in slowest})

@@ -30,6 +30,7 @@ echo $! >> "$2"
 wait
 """
 TREE_SIZE = 7  # pids recorded by a tree of depth 2: 3 shells, 3 sleeps, 1 setsid sleep
+POLL = 0.02  # seconds between two checks of `wait_until` that each take less
 
 
 def make_tree(folder: Path) -> tuple[list[str], Path]:
@@ -48,12 +49,19 @@ def read_pids(pidfile: Path) -> list[int]:
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
+    """The first true value of `condition()`, asked until `timeout` seconds have passed.
+
+    A check that reads a file is asked every 20 ms. A check that starts a process (`ars`, tmux,
+    squeue) takes 0.05-0.3 s of CPU each time, so it pauses as long as it took: a waiting test
+    takes at most half a core from the runs it waits on (the machine may have 2 cores).
+    """
     give_up = time.monotonic() + timeout
     while time.monotonic() < give_up:
+        asked = time.monotonic()
         value = condition()
         if value:
             return value
-        time.sleep(0.02)
+        time.sleep(max(POLL, time.monotonic() - asked))
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 

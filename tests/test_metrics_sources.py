@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -390,9 +391,23 @@ WANDB_RUN = """
 """
 
 
-def test_wandb_offline_run_last_best_mean_nested_keys_and_summary(tmp_path):
+@pytest.fixture(scope="session")
+def wandb_written(tmp_path_factory) -> Path:
+    """The `wandb/` folder WANDB_RUN writes, written once per xdist worker: a W&B run starts a
+    service of its own, about 2.5 s of CPU, and four tests read the same run."""
     pytest.importorskip("wandb")
-    python(tmp_path, WANDB_RUN)
+    folder = tmp_path_factory.mktemp("wandb-run")
+    python(folder, WANDB_RUN)
+    return folder / "wandb"
+
+
+@pytest.fixture
+def wandb_run(wandb_written: Path, tmp_path: Path) -> Path:
+    """WANDB_RUN's `wandb/` in this test's folder, as the training script left it (links included)."""
+    return Path(shutil.copytree(wandb_written, tmp_path / "wandb", symlinks=True))
+
+
+def test_wandb_offline_run_last_best_mean_nested_keys_and_summary(tmp_path, wandb_run):
     assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     last = read({"kind": "wandb", "key": "val/loss"}, tmp_path)
     assert math.isnan(last.value) and last.step == 500 and last.source.startswith("wandb wandb/ key val/loss")
@@ -405,10 +420,9 @@ def test_wandb_offline_run_last_best_mean_nested_keys_and_summary(tmp_path):
     assert "keys present: eval.acc, final_score, val/loss" in missing.missing
 
 
-def test_wandb_picks_the_newest_run_and_a_record_spanning_blocks(tmp_path):
-    pytest.importorskip("wandb")
-    python(tmp_path, WANDB_RUN)
-    time.sleep(1.1)  # run folders are named to the second
+def test_wandb_picks_the_newest_run_and_a_record_spanning_blocks(tmp_path, wandb_run):
+    (first,) = wandb_run.glob("offline-run-*")
+    time.sleep(max(0.0, first.stat().st_mtime + 1.1 - time.time()))  # run folders are named to the second
     wide = """
         import wandb
         run = wandb.init(project="p", mode="offline")
@@ -425,12 +439,10 @@ def test_wandb_picks_the_newest_run_and_a_record_spanning_blocks(tmp_path):
     assert only_old.samples[0].value == 2.0
 
 
-def test_wandb_torn_last_chunk_is_left_for_the_next_read(tmp_path):
-    pytest.importorskip("wandb")
+def test_wandb_torn_last_chunk_is_left_for_the_next_read(tmp_path, wandb_run):
     from autoresearch_skills.sources.wandb import LogReader
 
-    python(tmp_path, WANDB_RUN)
-    full = next((tmp_path / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()
+    full = next(wandb_run.glob("offline-run-*/run-*.wandb")).read_bytes()
     partial = tmp_path / "live.wandb"
     reader, seen = LogReader(partial), []
     for cut in range(0, len(full) + 1, 97):  # the writer's progress, in odd-sized steps
@@ -489,10 +501,8 @@ def test_mlflow_store_read_while_a_real_run_is_still_logging(tmp_path):
     )
 
 
-def test_ars_metric_extract_reads_wandb_and_mlflow_folders(tmp_path):
-    pytest.importorskip("wandb")
+def test_ars_metric_extract_reads_wandb_and_mlflow_folders(tmp_path, wandb_run):
     pytest.importorskip("mlflow")
-    python(tmp_path, WANDB_RUN)
     (tmp_path / "release").touch()
     python(tmp_path, MLFLOW_WRITER)
     command = [sys.executable, "-m", "autoresearch_skills.cli", "metric", "extract"]
