@@ -19,6 +19,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -301,9 +302,20 @@ def _ray_cluster() -> dict | None:
     """The Ray cluster runs would go to (RAY_ADDRESS, else one started here); None without Ray."""
     if importlib.util.find_spec("ray") is None:
         return None
+    address = os.environ.get("RAY_ADDRESS") or None
+    if address is None and not _local_ray_head():  # asking Ray would import it (~2 s) to say the same
+        return {"reachable": False, "address": None,
+                "why": "RAY_ADDRESS is unset and no Ray head runs on this machine (`ray start --head`)"}  # fmt: skip
     from autoresearch_skills.launch.ray import cluster_info  # imports ray: only when it is installed
 
-    return cluster_info(os.environ.get("RAY_ADDRESS") or None)
+    return cluster_info(address)
+
+
+def _local_ray_head() -> bool:
+    """Whether `ray start --head` left its address file here (Ray's temp folder: RAY_TMPDIR, else the
+    system's), which is where Ray itself looks for a cluster when no address is given."""
+    roots = {os.environ.get("RAY_TMPDIR") or "", tempfile.gettempdir(), "/tmp"} - {""}
+    return any((Path(root) / "ray" / "ray_current_cluster").exists() for root in roots)
 
 
 def _ray_line(info: dict) -> str:
