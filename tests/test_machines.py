@@ -238,8 +238,8 @@ def stand_in_nvidia_smi(folder: Path, devices_capture: str) -> dict:
 
 def test_a_run_that_prints_no_peak_memory_gets_what_its_devices_held(repo, tmp_path):
     slow = TRAIN.replace(
-        'print(f"val_bpb', 'import time; time.sleep(4)\nprint(f"val_bpb'
-    )  # sampled while it holds
+        'print(f"val_bpb', 'import time; time.sleep(8)\nprint(f"val_bpb'
+    )  # sampled while it holds: the loop's first look may come seconds after the start on a loaded machine
     (repo / "train.py").write_text(slow)
     env = stand_in_nvidia_smi(tmp_path / "bin", "nvidia-smi-h200-busy-devices.csv")
     rows = run_campaign(repo, env=env, parallel=1, gpus="0,")

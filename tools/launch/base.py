@@ -189,6 +189,21 @@ def argv_for(command: list[str] | str) -> list[str]:
     return [str(part) for part in command]
 
 
+def shell_exports(env: dict[str, str]) -> str:
+    """`export KEY='value'` lines for a generated script, every value quoted; a name a shell would
+    not take is refused."""
+    from autoresearch_skills.errors import BadInput
+
+    lines = ""
+    for key, value in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise BadInput(
+                f"environment variable name {key!r} is not valid in a shell: use letters, digits, _"
+            )
+        lines += f"export {key}={shlex.quote(value)}\n"
+    return lines
+
+
 def display_command(command: list[str] | str) -> str:
     return command if isinstance(command, str) else shlex.join(str(part) for part in command)
 

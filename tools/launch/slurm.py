@@ -38,7 +38,7 @@ from pathlib import Path
 
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch import slurm_steps
-from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug, wait_polling
+from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, shell_exports, slug, wait_polling
 from autoresearch_skills.launch.local import prepare_run, record
 from autoresearch_skills.launch.proctree import alive, kill_tree, read_proc
 from autoresearch_skills.launch.runindex import remember
@@ -215,13 +215,7 @@ class SlurmLauncher:
 
 def batch_script(run: Run, files: dict[str, str]) -> str:
     """Every value is quoted: nothing from the spec reaches the shell unquoted."""
-    exports = ""
-    for key, value in run.env.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise BadInput(
-                f"environment variable name {key!r} is not valid in a shell: use letters, digits, _"
-            )
-        exports += f"export {key}={shlex.quote(value)}\n"
+    exports = shell_exports(run.env)
     quote = shlex.quote
     return SCRIPT.format(
         name=run.name.replace("\n", " "),

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import shlex
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from pathlib import Path
 
 from autoresearch_skills.clock import format_iso
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, slug, wait_polling
+from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, shell_exports, slug, wait_polling
 from autoresearch_skills.launch.local import prepare_run, record
 from autoresearch_skills.launch.runindex import remember
 from autoresearch_skills.launch.slurm_allocation import PENDING, load, settle
@@ -107,13 +106,7 @@ def start(spec: RunSpec, folder: Path, name: str) -> Run:
 
 
 def step_text(run: Run, files: dict[str, str]) -> str:
-    exports = ""
-    for key, value in run.env.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise BadInput(
-                f"environment variable name {key!r} is not valid in a shell: use letters, digits, _"
-            )
-        exports += f"export {key}={shlex.quote(value)}\n"
+    exports = shell_exports(run.env)
     limited = judged = ""
     if run.timeout:
         seconds = math.ceil(run.timeout)
