@@ -77,7 +77,7 @@ def opening(campaign: Campaign) -> str | None:
     if not enabled(campaign):
         return None
     return slurm_allocation.adopted(folder(campaign)) or (
-        "Slurm allocation: one for the whole campaign, asked for at its first run; each run a job step in it"
+        "Slurm allocation: one for the whole campaign, asked for when the next run starts; each run a job step in it"
     )
 
 
