@@ -6,6 +6,7 @@ scancel from outside, and released by itself when nobody is left to use it."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -240,3 +241,11 @@ def test_a_step_still_running_keeps_the_allocation_past_the_grace(tmp_path):
     assert (state.name, state.exit_code) == ("exited", 0), state
     assert "val_bpb: 1.0" in (tmp_path / "long.log").read_text()
     wait_until(lambda: not in_queue(allocation.job_id), 30, "the allocation to go once the step is done")
+
+
+def test_an_allocation_whose_campaign_folder_is_deleted_lets_itself_go(tmp_path):
+    where = tmp_path / "slurm"
+    allocation, _ = holder.ensure(where, holder.Request(name=unique("gone"), grace=600.0))
+    wait_until(lambda: (where / f"usage-{allocation.job_id}").exists(), 60, "the holder to run")
+    shutil.rmtree(where)  # a campaign removed: no run can be asked of it any more
+    wait_until(lambda: not in_queue(allocation.job_id), 20, "the allocation to go without its folder")

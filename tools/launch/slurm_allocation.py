@@ -13,7 +13,8 @@ per run.
 
 The holder loops every quarter of a second: it claims each launch script and runs it in the background (the
 script's `srun --exact` starts the step), and it ends by itself, releasing the allocation, when no
-step runs and either `release-J` exists or nobody has touched the heartbeat for the grace period.
+step runs and either `release-J` exists, the folder is gone (the campaign deleted), or nobody has
+touched the heartbeat for the grace period.
 That check lives in the allocation, so it holds when the process that asked for it was killed with
 kill -9: an allocation never sits on idle GPUs longer than the grace, whatever happened to the loop.
 A step still running keeps it: its GPUs are not idle, and its result is recorded on resume.
@@ -48,7 +49,8 @@ HOLDER = """\
 #!/bin/bash
 # Holder of campaign {name}'s Slurm allocation, written by autoresearch-skills: it starts each run
 # dropped in requests-$SLURM_JOB_ID/ as a job step, and ends (releasing the allocation) when no step
-# runs and release-$SLURM_JOB_ID exists or the heartbeat is older than {grace}s.
+# runs and release-$SLURM_JOB_ID exists, the campaign's folder is gone, or the heartbeat is older
+# than {grace}s.
 cd -- {folder} || exit 1
 me=$SLURM_JOB_ID
 mkdir -p "requests-$me" "claimed-$me"
@@ -69,6 +71,7 @@ while :; do
     (( now != last )) && {{ last=$now; usage; }}
     if (( steps == 0 )); then
         [ -e "release-$me" ] && {{ echo "released: the campaign is done with it"; break; }}
+        [ -d {folder} ] || {{ echo "released: the campaign's folder is gone"; break; }}
         beat=$(stat -c %Y heartbeat 2>/dev/null || echo 0)
         if (( now - beat > {grace} && now - quiet > {grace} )); then
             echo "released: no step and no word from the campaign for {grace}s"
