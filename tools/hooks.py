@@ -558,23 +558,12 @@ def _resume_text(cwd: Path, sessions: Path | None, campaign, state, rows: list, 
     slot pool nor the outputs are loaded, and one git call asks for the branch it prints.
     tests/test_hooks.py holds the two texts equal."""
     from autoresearch_skills import memory
-    from autoresearch_skills.session_record import PLAN_DONE, newest
+    from autoresearch_skills.session_record import newest
 
     session = newest(sessions) if sessions else None
     facts: dict = {"branch": _resume_branch(cwd)}
     if session:
-        record = session.state()
-        facts.update(
-            session=str(session.folder),
-            objective=record.goal,
-            status=record.current_status,
-            subtask=record.current_subtask,
-            subtask_closed=record.subtask_closed,
-            subtask_note=PLAN_DONE if record.subtask_closed and not record.subtask_done else "",
-            open_plan=[item for done, item in record.plan if not done],
-            blockers=record.blockers,
-            **session.read_handoff(),
-        )
+        facts.update(memory.session_facts(session))
     facts["campaign"] = _campaign_facts(campaign, state, rows, verdict)
     if session:
         session.log("resume: context restored from the record")

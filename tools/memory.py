@@ -208,6 +208,23 @@ def show_cmd(root, as_json: bool) -> None:
         click.echo((session.folder / name).read_text())
 
 
+def session_facts(session) -> dict:
+    """The session record's part of the restatement: objective, status, subtask, open plan, blockers
+    and the hand-off (`render_resume` reads them; the session-start hook gathers them here too)."""
+    state = session.state()
+    return dict(
+        session=str(session.folder),
+        objective=state.goal,
+        status=state.current_status,
+        subtask=state.current_subtask,
+        subtask_closed=state.subtask_closed,
+        subtask_note=PLAN_DONE if state.subtask_closed and not state.subtask_done else "",
+        open_plan=[item for done, item in state.plan if not done],
+        blockers=state.blockers,
+        **session.read_handoff(),
+    )
+
+
 @cli.command("resume")
 @root_option
 @click.option("--campaign", help="campaign name or folder (default: the current one)")
@@ -227,19 +244,7 @@ def resume_cmd(root, campaign: str | None, as_json: bool) -> None:
     session = newest(sessions_root(root, repo=repo or None))
     facts: dict = {"branch": branch or "(not a git repository)"}
     if session:
-        state = session.state()
-        facts.update(
-            session=str(session.folder),
-            objective=state.goal,
-            status=state.current_status,
-            subtask=state.current_subtask,
-            subtask_closed=state.subtask_closed,
-            subtask_note=PLAN_DONE if state.subtask_closed and not state.subtask_done else "",
-            open_plan=[item for done, item in state.plan if not done],
-            blockers=state.blockers,
-            **session.read_handoff(),
-            last_events=session.timeline()[-5:],
-        )
+        facts.update(session_facts(session), last_events=session.timeline()[-5:])
     try:
         facts["campaign"] = status_facts(find(campaign))
     except BadInput as err:
