@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+import warm_ars
 
 from autoresearch_skills.launch.proctree import alive
 from autoresearch_skills.launch.tmuxcmd import Tmux
@@ -70,14 +71,8 @@ def survivors(pids: list[int]) -> list[int]:
 
 
 def ars(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    """`ars ARGS` in a fresh process, as an agent calls it."""
-    return subprocess.run(
-        [sys.executable, "-m", "autoresearch_skills.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    """`ars ARGS` in a process of its own, as an agent calls it."""
+    return warm_ars.run(*args, timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def ars_json(*args: str) -> tuple[int, dict]:

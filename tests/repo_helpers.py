@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+import warm_ars
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -16,14 +17,7 @@ def ars(
     cwd: Path, *args: str, code: int | None = 0, timeout: float = 120, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """Run `ars ARGS` in `cwd` (with `env` added); assert its exit code unless `code` is None."""
-    result = subprocess.run(
-        [sys.executable, "-m", "autoresearch_skills.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **env} if env else None,
-    )
+    result = warm_ars.run(*args, cwd=cwd, timeout=timeout, env={**os.environ, **env} if env else None)
     if code is not None:
         assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     return result

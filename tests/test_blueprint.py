@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 import pytest
+import warm_ars
 
 from autoresearch_skills.blueprint import (
     Attempt,
@@ -48,13 +49,7 @@ ajet:
 
 
 def ars(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "autoresearch_skills.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return warm_ars.run(*args, cwd=cwd, timeout=60)
 
 
 @pytest.fixture

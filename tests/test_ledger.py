@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_ars
 
 from autoresearch_skills import ledger
 from autoresearch_skills.ledger import BASE_COLUMNS, COLUMNS, Row
@@ -24,9 +25,7 @@ T1 = "2026-03-01T22:10:00+00:00"
 
 
 def ars(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "autoresearch_skills.cli", *args], capture_output=True, text=True
-    )
+    return warm_ars.run(*args)
 
 
 def row(status: str = "keep", value: float = 1.0, **extra) -> dict:

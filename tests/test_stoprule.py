@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+import warm_ars
 import yaml
 
 from autoresearch_skills import ledger, stoprule
@@ -25,9 +26,7 @@ CET = "CET-1CEST,M3.5.0,M10.5.0/3"
 
 
 def ars(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "autoresearch_skills.cli", *args], capture_output=True, text=True
-    )
+    return warm_ars.run(*args)
 
 
 def at(minutes: float) -> str:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_ars
 
 from autoresearch_skills.targets import list_targets
 
@@ -17,14 +18,7 @@ TINY_LM_FILES = {".gitignore", "README.md", "prepare.py", "program.md", "shakesp
 
 
 def ars(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "autoresearch_skills.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return warm_ars.run(*args, cwd=cwd, env=env, timeout=60)
 
 
 def git(repo: Path, *args: str) -> str:
