@@ -36,7 +36,7 @@ START_TIMEOUT = 60.0  # seconds for the zygote to import the package on a loaded
 # Runs in the zygote (`python -c`). Modules imported here are shared by every forked `ars`; only
 # the package itself and what it imports at module level, so nothing runs that `ars` would not.
 _ZYGOTE = r"""
-import importlib, json, os, pkgutil, signal, socket, sys
+import importlib, json, os, pkgutil, signal, socket, sys, time
 import autoresearch_skills, autoresearch_skills.cli as cli
 # Not these: numpy (a BLAS that sizes its threads from the environment at import), starlette and Ray.
 COLD = ("autoresearch_skills.reward.", "autoresearch_skills.dashboard.server", "autoresearch_skills.launch.ray")
@@ -67,6 +67,7 @@ while True:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    time.tzset()  # TZ, as a fresh interpreter reads it
     for fd, (path, flags) in enumerate(request["streams"]):
         opened = os.open(path, flags)
         os.dup2(opened, fd)
