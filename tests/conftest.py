@@ -54,7 +54,11 @@ def pytest_configure(config):
     cache = getattr(config, "cache", None)
     if cache is not None:
         folder = str(cache.mkdir("pycache"))
-        shutil.rmtree(Path(folder, *Path(tempfile.gettempdir()).parts[1:]), ignore_errors=True)
+        temporary = Path(folder, *Path(tempfile.gettempdir()).parts[1:])
+        ours = Path(folder, *config.rootpath.parts[1:])  # this checkout may itself be in /tmp
+        for kept in temporary.iterdir() if temporary.is_dir() else ():
+            if kept not in ours.parents and kept != ours:
+                shutil.rmtree(kept, ignore_errors=True)
     else:
         folder = tempfile.mkdtemp(prefix="ars-tests-pycache-")
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
