@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,12 @@ def installed(tmp_path_factory) -> Path:
 
 
 def run(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(site), "HOME": str(cwd)}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    """Python with the wheel's files first and none of the checkout's: without site (-S), so that no
+    editable install of the checkout answers for a module the wheel lacks; the dependencies come
+    from this interpreter's site-packages, behind the wheel."""
+    path = os.pathsep.join((str(site), sysconfig.get_paths()["purelib"]))
+    env = {**os.environ, "PYTHONPATH": path, "HOME": str(cwd)}
+    return subprocess.run([sys.executable, "-S", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
 def test_wheel_imports_from_its_own_files_with_bundled_data(installed: Path, tmp_path: Path):
@@ -68,6 +73,19 @@ def test_wheel_imports_from_its_own_files_with_bundled_data(installed: Path, tmp
         "_bundled/references/stop-rules.md",
     ):
         assert (installed / "autoresearch_skills" / sub).exists(), sub
+
+
+def test_every_module_of_the_checkout_is_in_the_wheel_and_imports_from_it(installed: Path, tmp_path: Path):
+    """A subpackage left out of pyproject.toml's `packages` imports in a checkout and fails after a
+    plain `pip install`."""
+    ours = sorted(
+        ".".join(("autoresearch_skills", *path.relative_to(ROOT / "tools").with_suffix("").parts))
+        for path in (ROOT / "tools").rglob("*.py")
+        if path.name != "__init__.py" and "__pycache__" not in path.parts
+    )
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\nprint('ok')"
+    out = run(installed, tmp_path, "-c", code, *ours)
+    assert (out.returncode, out.stdout) == (0, "ok\n"), out.stderr[-2000:]
 
 
 def test_init_and_skills_install_work_from_the_wheel(installed: Path, tmp_path: Path):
