@@ -10,10 +10,19 @@ TORCH_SPEC ?= torch==2.13.0
 
 venv: $(VENV)/.installed
 
+# EXTRAS: the optional dependencies to install (`make venv EXTRAS=dev,ray` adds Ray's job client).
+EXTRAS ?= dev
+
+# Editable, but through a link: setuptools' editable finder (a .pth) imports pathlib, re and urllib
+# in every Python process of the venv, ~13 ms each; `make test` starts thousands of them (the runs
+# it launches included). The link `autoresearch_skills -> tools` sees new modules as the finder did.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	    ln -sfn "$(CURDIR)/tools" "$$site/autoresearch_skills" && \
+	    rm -f "$$site"/__editable__*autoresearch_skills*
 	touch $@
 
 torch: venv
