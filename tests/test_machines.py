@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from repo_helpers import ars, make_repo
+from repo_helpers import ars, git, make_repo
 
 from autoresearch_skills import ledger
 from autoresearch_skills.accelerators import cores as cpu_cores
@@ -241,6 +241,7 @@ def test_a_run_that_prints_no_peak_memory_gets_what_its_devices_held(repo, tmp_p
         'print(f"val_bpb', 'import time; time.sleep(8)\nprint(f"val_bpb'
     )  # sampled while it holds: the loop's first look may come seconds after the start on a loaded machine
     (repo / "train.py").write_text(slow)
+    git(repo, "commit", "-qam", "a run that holds its device for 8 s")  # what the runs check out
     env = stand_in_nvidia_smi(tmp_path / "bin", "nvidia-smi-h200-busy-devices.csv")
     rows = run_campaign(repo, env=env, parallel=1, gpus="0,")
     # the capture: device 0 held 3599 MiB while a process had 3 GiB on it

@@ -192,8 +192,8 @@ def test_exp_run_and_wait_end_with_the_signal_code_and_the_run_goes_on(repo: Pat
 
 
 def test_ars_wait_ends_with_129_on_sighup_and_leaves_the_run_going(tmp_path: Path):
-    log = tmp_path / "sleep.log"
-    ars(tmp_path, "run", "--timeout", "1m", "--log", str(log), "--detach", "--", "sleep", "30")
+    log = tmp_path / "sleep.log"  # the run outlasts the test on a loaded machine; `finally` cancels it
+    ars(tmp_path, "run", "--timeout", "10m", "--log", str(log), "--detach", "--", "sleep", "300")
     try:
         waiting = start(tmp_path, "wait", str(log), "60")
         blocked_on_a_run(waiting)
