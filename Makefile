@@ -31,12 +31,14 @@ torch: venv
 demo: venv torch
 	$(PY) -m autoresearch_skills.demo
 
-# The tests mostly wait on real processes (git, tmux, the runs they launch), so two workers per core
-# keep the cores busy (on 2 cores they stay 100% busy; a third worker per core only adds its own
-# collection, ~8 s of CPU, and contention). Each worker starts with its share of the long tests
-# (tests/conftest.py orders them for worksteal's slices); worksteal hands a worker that is done the
-# queue of one still busy, so short tests are what is left at the end. --durations=15: the slowest 15.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 2 )))
+# The tests mostly wait on real processes (git, tmux, Slurm, the runs they launch), so three workers
+# per core keep the cores busy: each worker starts with its share of the long tests (tests/conftest.py
+# orders them for worksteal's slices), most of which sleep on a real clock (Slurm's minute-granular
+# limits, a demo's fixed training budgets); with two per core the cores idled for the first minute.
+# worksteal hands a worker that is done the queue of one still busy, so short tests are what is left
+# at the end. Each worker forks `ars` from a warm interpreter (tests/warm_ars.py). --durations=15:
+# the slowest 15.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 3 )))
 
 test: venv torch
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist worksteal -p no:hydra_pytest --durations=15

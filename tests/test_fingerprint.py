@@ -189,3 +189,22 @@ def test_fingerprint_takes_under_50_ms_without_nvidia_smi(tmp_path, no_gpu_tools
         fingerprint("python train.py", 300, [Path("prepare.py")], tmp_path)
         times.append(time.perf_counter() - began)
     assert min(times) < 0.050
+
+
+@pytest.mark.parametrize(
+    ("lines", "build"),
+    [
+        ("__version__ = '2.5.1+cu124'\ncuda: Optional[str] = '12.4'\nhip: Optional[str] = None\n", ["2.5.1+cu124", "12.4", None]),
+        ("__version__ = '2.5.1+rocm6.2'\ncuda: Optional[str] = None\nhip: Optional[str] = '6.2.41133'\n", ["2.5.1+rocm6.2", None, "6.2.41133"]),
+        ("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\nhip: Optional[str] = None\n", ["2.13.0+cpu", None, None]),
+    ],
+)  # fmt: skip
+def test_the_torch_build_is_read_from_its_version_file_without_importing_it(tmp_path, lines, build):
+    package = tmp_path / "site" / "torch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise SystemExit('imported')\n")  # doctor must not need it
+    (package / "version.py").write_text("from typing import Optional\n" + lines)
+    code = "import json; from autoresearch_skills.campaign.fingerprint import torch_build; print(json.dumps(torch_build()))"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads(done.stdout) == build

@@ -28,6 +28,7 @@ import click
 from autoresearch_skills.accelerators import cores as cpu_cores
 from autoresearch_skills.accelerators import machine
 from autoresearch_skills.accelerators.device import COMMAND_TIMEOUT, Device
+from autoresearch_skills.campaign import fingerprint
 from autoresearch_skills.campaign.pool import Pool
 from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, run_cli
 
@@ -132,8 +133,14 @@ def pool_line(vendor: str, gpus: list[Device], parallel: int | None) -> str:
 
 
 def probe_torch() -> tuple[str | None, dict]:
-    """torch's version and what torch.cuda sees; (None, ...) when torch does not import."""
+    """torch's version and what torch.cuda sees; (None, ...) when torch does not import.
+
+    A build for neither CUDA nor ROCm is told from its torch/version.py without importing torch
+    (1-2 s of CPU): torch.cuda has nothing to see there."""
     info: dict = {"available": False, "count": 0, "cuda_runtime": None, "devices": []}
+    version, cuda, hip = fingerprint.torch_build()
+    if version and cuda is None and hip is None:
+        return version, {**info, "hip": None, "summary": "unavailable (torch built without CUDA)"}
     try:
         import torch
     except Exception as err:  # a broken install raises more than ImportError

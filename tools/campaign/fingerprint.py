@@ -47,6 +47,7 @@ _TORCH_PROBE = (
     "print(os.path.join(locations[0], 'version.py') if locations else '')\n"
 )
 _VERSION_RE = re.compile(r"""^__version__\s*(?::[^=]*)?=\s*['"]([^'"]+)['"]""", re.MULTILINE)
+_HIP_RE = re.compile(r"""^hip\s*(?::[^=]*)?=\s*(?:['"]([^'"]+)['"]|None)""", re.MULTILINE)
 _CUDA_RE = re.compile(r"""^cuda\s*(?::[^=]*)?=\s*(?:['"]([^'"]+)['"]|None)""", re.MULTILINE)
 
 
@@ -216,6 +217,27 @@ def torch_versions(python: str | None = None) -> tuple[str, str]:
     if not locations:
         return "none", "none"
     return _read_version_file(Path(locations[0]) / "version.py")
+
+
+def torch_build() -> tuple[str | None, str | None, str | None]:
+    """(version, cuda, hip) of this interpreter's torch from its version.py, without importing it;
+    (None, None, None) when that cannot be told (torch absent, or not a package with a version.py)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None, None, None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    try:
+        text = (Path(locations[0]) / "version.py").read_text(errors="replace") if locations else ""
+    except OSError:
+        text = ""
+    version = _VERSION_RE.search(text)
+    if not version:
+        return None, None, None
+    cuda, hip = _CUDA_RE.search(text), _HIP_RE.search(text)
+    return version.group(1), cuda.group(1) if cuda else None, hip.group(1) if hip else None
 
 
 def file_sha256(path: Path) -> str:
