@@ -177,9 +177,8 @@ def judge(run: Run) -> State:
             return State(
                 "timeout", code, f"killed at its {run.timeout:g}s limit (in step {step_of(run) or '?'})"
             )
-        if (
-            code != 0 and Path(extra["cancel_file"]).exists()
-        ):  # the step wrote its exit as the cancel killed it
+        # a step that wrote its exit as the cancel killed it
+        if code != 0 and Path(extra["cancel_file"]).exists():
             return State("cancelled", None, f"Slurm: step {step_of(run) or ''} cancelled".replace("  ", " "))
         return State("exited", code, "")
     allocation = load(Path(extra["allocation"]))
