@@ -49,8 +49,16 @@ listener.listen(64)
 sys.stdout.write("ready\n")
 sys.stdout.flush()
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the keepers
+worker = os.getppid()
+listener.settimeout(2.0)
 while True:
-    connection, _ = listener.accept()
+    try:
+        connection, _ = listener.accept()
+    except TimeoutError:
+        if os.getppid() != worker:  # the worker is gone (killed): so is its zygote
+            raise SystemExit(0)
+        continue
+    connection.settimeout(None)
     if os.fork():
         connection.close()
         continue
