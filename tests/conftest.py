@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -65,6 +66,21 @@ def pytest_configure(config):
     os.environ["PYTHONPYCACHEPREFIX"] = folder
     del os.environ["PYTHONDONTWRITEBYTECODE"]
     sys.pycache_prefix, sys.dont_write_bytecode = folder, False  # this process too (without xdist)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_AS_FOUND = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+
+@pytest.fixture(autouse=True)
+def _stop_signals_as_found():
+    """Each test leaves the worker's stop signals as it found them. Code run in-process may ignore
+    one (a second Ctrl-C during a cleanup); an ignored signal stays ignored in every process the
+    worker starts after, and `ars` respects it (as under nohup), which fails the signal tests."""
+    yield
+    for sig, handler in _AS_FOUND.items():
+        if signal.getsignal(sig) is not handler and handler is not None:
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(autouse=True)

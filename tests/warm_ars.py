@@ -38,6 +38,9 @@ START_TIMEOUT = 60.0  # seconds for the zygote to import the package on a loaded
 _ZYGOTE = r"""
 import importlib, json, os, pkgutil, signal, socket, sys, time
 import autoresearch_skills, autoresearch_skills.cli as cli
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh `ars` from a shell has them,
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever the worker had when it started this one
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 # Not these: numpy (a BLAS that sizes its threads from the environment at import), starlette and Ray.
 COLD = ("autoresearch_skills.reward.", "autoresearch_skills.dashboard.server", "autoresearch_skills.launch.ray")
 for info in pkgutil.walk_packages(autoresearch_skills.__path__, "autoresearch_skills."):
