@@ -31,6 +31,12 @@ SHIMMED = (*STATUS_QUERIES, "sbatch", "scancel")
 MOST_PER_SECOND = 0.5  # the acceptance: one status query per 2 s on average
 
 
+def per_second(queries: list[str], seconds: float) -> float:
+    """Queries after the first, per second: asking at the start of a window and then every 2 s
+    makes N + 1 queries in 2N seconds, the rate the acceptance allows."""
+    return max(len(queries) - 1, 0) / seconds
+
+
 @dataclass
 class SlurmCalls:
     log: Path
@@ -76,7 +82,8 @@ def counting_shims(tmp_path: Path, monkeypatch) -> SlurmCalls:
 
 def rate(queries: list[str], seconds: float) -> str:
     counts = {prog: queries.count(prog) for prog in STATUS_QUERIES if prog in queries}
-    return f"{len(queries)} status queries in {seconds:.1f}s ({len(queries) / seconds:.2f}/s): {counts}"
+    each = per_second(queries, seconds)
+    return f"{len(queries)} status queries in {seconds:.1f}s ({each:.2f}/s after the first): {counts}"
 
 
 # ---------------------------------------------------------------- the launcher, polled as the scheduler does
@@ -100,7 +107,7 @@ def test_four_runs_polled_like_the_scheduler_cost_one_query_per_2s_at_most(calls
             slurm.wait(Run.load(runs[0].state_path), 0.25)
         seconds = time.time() - began
         queries = calls.queries(began)
-        assert len(queries) / seconds <= MOST_PER_SECOND, rate(queries, seconds)
+        assert per_second(queries, seconds) <= MOST_PER_SECOND, rate(queries, seconds)
         assert not any(s.finished for s in states) and "running" in {s.name for s in states}
     finally:
         for run in runs:
@@ -192,7 +199,7 @@ def test_a_slurm_campaign_with_4_runs_in_flight_for_a_minute_asks_once_per_2s_at
         seconds = time.time() - began
         assert all(f"{slug}" in still for slug in slugs), still
         queries = calls.queries(began)
-        assert len(queries) / seconds <= MOST_PER_SECOND, rate(queries, seconds)
+        assert per_second(queries, seconds) <= MOST_PER_SECOND, rate(queries, seconds)
     finally:
         for slug in slugs:
             ars(repo, "exp", "cancel", slug, "--reason", "test cleanup", code=None, timeout=180)
