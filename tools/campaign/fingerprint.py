@@ -207,30 +207,16 @@ def torch_versions(python: str | None = None) -> tuple[str, str]:
             return f"unknown ({python} exited with {done.returncode})", "unknown"
         location = done.stdout.strip()
         return _read_version_file(Path(location)) if location else ("none", "none")
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        spec = None
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    if not locations:
-        return "none", "none"
-    return _read_version_file(Path(locations[0]) / "version.py")
+    here = _version_file_here()
+    return _read_version_file(here) if here else ("none", "none")
 
 
 def torch_build() -> tuple[str | None, str | None, str | None]:
     """(version, cuda, hip) of this interpreter's torch from its version.py, without importing it;
     (None, None, None) when that cannot be told (torch absent, or not a package with a version.py)."""
-    import importlib.util
-
+    here = _version_file_here()
     try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        return None, None, None
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    try:
-        text = (Path(locations[0]) / "version.py").read_text(errors="replace") if locations else ""
+        text = here.read_text(errors="replace") if here else ""
     except OSError:
         text = ""
     version = _VERSION_RE.search(text)
@@ -238,6 +224,18 @@ def torch_build() -> tuple[str | None, str | None, str | None]:
         return None, None, None
     cuda, hip = _CUDA_RE.search(text), _HIP_RE.search(text)
     return version.group(1), cuda.group(1) if cuda else None, hip.group(1) if hip else None
+
+
+def _version_file_here() -> Path | None:
+    """torch/version.py of this interpreter's torch, found without importing torch; None without one."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) / "version.py" if locations else None
 
 
 def file_sha256(path: Path) -> str:

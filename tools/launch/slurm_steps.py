@@ -177,9 +177,8 @@ def judge(run: Run) -> State:
             return State(
                 "timeout", code, f"killed at its {run.timeout:g}s limit (in step {step_of(run) or '?'})"
             )
-        # a step that wrote its exit as the cancel killed it
-        if code != 0 and Path(extra["cancel_file"]).exists():
-            return State("cancelled", None, f"Slurm: step {step_of(run) or ''} cancelled".replace("  ", " "))
+        if code != 0 and Path(extra["cancel_file"]).exists():  # it wrote its exit as the cancel killed it
+            return _cancelled(run)
         return State("exited", code, "")
     allocation = load(Path(extra["allocation"]))
     job_id = extra["allocation_job"]
@@ -209,7 +208,7 @@ def judge(run: Run) -> State:
         if "DUE TO TIME LIMIT" in said:
             return State("timeout", None, "Slurm: killed at the step's time limit")
         if Path(extra["cancel_file"]).exists() or "CANCELLED" in said:
-            return State("cancelled", None, f"Slurm: step {step_of(run) or ''} cancelled".replace("  ", " "))
+            return _cancelled(run)
         last = said.strip().splitlines()[-1] if said.strip() else f"srun exited {srun_rc}"
         return State("lost", None, f"the step ended before its command did: {last}")
     job = allocation.look() if allocation is not None else None
@@ -223,6 +222,10 @@ def judge(run: Run) -> State:
         host = (_read(extra["pid_file"]) or "?").split()[0]
         return State("running", None, f"step {step_of(run)} on {host}")
     return State("pending", None, f"starting as a step of allocation {job_id}")
+
+
+def _cancelled(run: Run) -> State:
+    return State("cancelled", None, f"Slurm: step {step_of(run) or ''} cancelled".replace("  ", " "))
 
 
 def exit_words(run: Run) -> tuple[int, str] | None:
