@@ -35,9 +35,13 @@ from figures import (
 # ratios measured when they were set (2-core machine, shared), times 1.5, rounded up. Lower a limit
 # when a change makes its figure faster, so that the gain is kept.
 LIMITS = {
-    "hook stop, active campaign": 10.0,  # measured 6.2-6.7 (the experiment lifecycle loads: ~100 ms)
-    "hook session-start, active campaign": 11.0,  # 7.1-7.2
-    "ars --help": 4.0,  # 2.4-2.5
+    # The start-up floor is a plain `python -c pass` of the venv: since `make venv` links the package
+    # instead of setuptools' editable finder (13 ms of imports in every interpreter, floor included),
+    # the floor halved and these ratios doubled at the same absolute times (hooks ~140 ms, --help
+    # ~95 ms). Set again then, at the measured ratios times 1.3 (not 1.5: the hooks sit near 150 ms).
+    "hook stop, active campaign": 13.0,  # measured 9.6-10.0 (the experiment lifecycle loads: ~100 ms)
+    "hook session-start, active campaign": 13.5,  # 10.0-10.3
+    "ars --help": 6.7,  # 4.9-5.1
     "monitor first scan, 50 MB": 10.0,  # 6.7-7.0, numpy's import (~80 ms) included
     "reward profile 10k x 8": 6.5,  # 3.8-4.2
     # a Python supervisor process against a bare `echo`: 42-47 at load 7, 80-86 on an idle machine,
