@@ -69,6 +69,20 @@ def pytest_configure(config):
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _still_ignored(_signum: int, _frame: object) -> None:
+    """Caught and dropped: for the tests' processes as if ignored."""
+
+
+# A test run started under `nohup` or as a background job ignores SIGHUP and SIGINT, and every
+# process it starts inherits the ignore, which `ars` keeps (as it should under nohup): the tests that
+# signal `ars` as a terminal would then see nothing happen. A caught signal is not inherited (exec
+# resets it to the default), so what the tests start begins as from a terminal, and the test
+# processes themselves still drop the signal.
+for _sig in STOP_SIGNALS:
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, _still_ignored)
 _AS_FOUND = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 _MASK_AS_FOUND = signal.pthread_sigmask(signal.SIG_BLOCK, [])
 

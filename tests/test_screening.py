@@ -211,6 +211,32 @@ def test_a_coarse_metric_whose_baseline_repeats_agree_by_chance_is_still_re_meas
     assert step.commit == "a" and step.rerun_of == 2
 
 
+def ten_ideas(values: list[float]) -> list[Row]:
+    """A baseline whose two runs agree, then ideas grown from the best so far."""
+    rows = baseline(1.0, 1.0)
+    best = "base", 1.0
+    for k, value in enumerate(values):
+        kept = value < best[1]
+        rows.append(row(len(rows), f"c{k}", value, "keep" if kept else "discard", best[0]))
+        best = (f"c{k}", value) if kept else best
+    return rows
+
+
+def test_a_fixed_seed_printed_finely_owes_no_finish_once_the_values_show_it() -> None:
+    rng = random.Random(3)
+    rows = ten_ideas([round(1.0 + rng.uniform(-0.05, 0.05), 6) for _ in range(10)])
+    assert screening.next_step(rows, "min", remaining=3).new
+    assert screening.verdict(rows, "min").outcome == Outcome.DETERMINISTIC
+
+
+def test_a_coarse_metric_on_a_grid_still_owes_the_best_its_rerun() -> None:
+    rng = random.Random(3)
+    rows = ten_ideas([round(1.0 + rng.randint(-5, 5) / 100, 6) for _ in range(10)])
+    assert len({r.metric_value for r in rows}) >= screening.FINE_VALUES  # the grid decides, not the count
+    step = screening.next_step(rows, "min", remaining=3)
+    assert not step.new and step.rerun_of is not None and step.commit != "base"
+
+
 def test_an_unknown_direction_is_refused() -> None:
     with pytest.raises(ValueError, match="direction"):
         screening.tree(baseline(1.0), "up")

@@ -223,3 +223,20 @@ def test_a_signal_ignored_by_the_caller_stays_ignored(tmp_path: Path):
         assert waiting.returncode == 0 and "state: running" in out
     finally:
         ars(tmp_path, "cancel", str(log), code=None)
+
+
+def test_a_foreground_run_under_nohup_outlives_a_closed_terminal_and_still_stops_on_sigterm(tmp_path: Path):
+    log = tmp_path / "sleep.log"
+    running = subprocess.Popen(
+        ["nohup", sys.executable, "-m", "autoresearch_skills.cli", "run", "--timeout", "1m", "--log", str(log), "--", "sleep", "30"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    ready(running)
+    blocked_on_a_run(running)
+    os.kill(running.pid, signal.SIGHUP)
+    with pytest.raises(subprocess.TimeoutExpired):
+        running.communicate(timeout=1)
+    assert "state: running" in ars(tmp_path, "status", str(log)).stdout
+    running.send_signal(signal.SIGTERM)
+    out, _ = running.communicate(timeout=30)
+    assert running.returncode == 130 and "state: cancelled" in out  # `ars run` ends with its run's status

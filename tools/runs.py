@@ -249,20 +249,25 @@ def run_command(
 
 class Interrupts:
     """Ctrl-C, SIGTERM and a closed terminal cancel the run. While it starts they are only
-    noted (a run must not be left behind before we know its id), then raised at once."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    noted (a run must not be left behind before we know its id), then raised at once. A signal
+    ignored by whoever started us stays ignored (`nohup` ignores SIGHUP; a shell's background
+    job, SIGINT)."""
 
     def __init__(self) -> None:
         self.seen = False
-        for sig in self.SIGNALS:
+        self.signals = [
+            s
+            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+            if signal.getsignal(s) is not signal.SIG_IGN
+        ]
+        for sig in self.signals:
             signal.signal(sig, self._note)
 
     def _note(self, _signum: int, _frame: object) -> None:
         self.seen = True
 
     def raise_from_now(self) -> None:
-        for sig in self.SIGNALS:
+        for sig in self.signals:
             signal.signal(sig, self._raise)
         if self.seen:
             raise KeyboardInterrupt

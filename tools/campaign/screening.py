@@ -75,6 +75,9 @@ RATIO_GRID = tuple(math.log(2.0) * k / 2 for k in range(-14, 11, 3))  # ln(ratio
 RATIO_PRIOR_SD = 2.0
 MEAN_PSEUDO_EDGES = 2.0  # the fitted mean effect starts as if this many children had shown 0
 _LOG_2PI = math.log(2 * math.pi)
+LEDGER_STEP = 1e-6  # the ledger's last decimal
+FINE_VALUES = 8  # distinct values before their grid says whether the metric is printed finely
+FINE_STEP = 1e-3  # ... a grid at most this share of their span: finely
 # the ledger's flags (campaign/keeprule.py writes them): a row decided by screening, a run of the
 # finish, and the row that completes the finish also the verdict's
 SCREENED_FLAG = "screened"
@@ -621,11 +624,25 @@ def _agrees(node: Node) -> bool:
 
 
 def _deterministic(found: Tree) -> bool:
-    """Repeats of two commits or more all agree exactly, and no repeats differ: a deterministic
-    target. One commit's agreeing repeats may be a coarse metric's luck (the finish reruns the best
-    once to tell)."""
+    """Repeats agree exactly and none differ: a deterministic target. One commit's agreeing
+    repeats may be a coarse metric's luck: they tell only once the values are printed finely
+    (`_finely_printed`); else the finish reruns the best once to tell."""
     repeated = [n for n in found.nodes.values() if len(n.losses) >= 2]
-    return len(repeated) >= 2 and all(_agrees(n) for n in repeated)
+    if not repeated or not all(_agrees(n) for n in repeated):
+        return False
+    return len(repeated) >= 2 or _finely_printed([x for n in found.nodes.values() for x in n.losses])
+
+
+def _finely_printed(values: list[float]) -> bool:
+    """At least FINE_VALUES distinct values, on no grid coarser than FINE_STEP of their span (the
+    grid: the greatest common step of their differences, in the ledger's last decimal). A coarse
+    metric (an accuracy on a small set) prints few levels, and its noisy repeats often agree; a
+    noisy metric printed this finely almost never repeats a number, so an agreement is a fixed seed."""
+    distinct = sorted(set(values))
+    if len(distinct) < FINE_VALUES:
+        return False
+    units = [round((x - distinct[0]) / LEDGER_STEP) for x in distinct[1:]]
+    return math.gcd(*units) * LEDGER_STEP <= FINE_STEP * (distinct[-1] - distinct[0])
 
 
 def _resolution(values: list[float]) -> float:
