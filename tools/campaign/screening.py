@@ -25,9 +25,10 @@ Values are read as losses (the metric, negated when higher is better).
                  effect; above KEEP_LINE (1 sd) the finalist stays the result, unconfirmed; else the
                  campaign falls back to the baseline and reports no gain. The gain reported is the
                  tree's estimate of finalist minus baseline (every run counted).
-    deterministic  repeats of two commits agree exactly and none differ: the finish reruns the
-                 best once to see it (one commit's agreeing repeats may be a coarse metric's luck),
-                 then ideas run to the last run, and the measured gain is the gain.
+    deterministic  repeats agree exactly and none differ, and the values are printed finely (or
+                 two commits' repeats agree; a coarse metric's repeats may agree by luck, and the
+                 finish then reruns the best once to tell): values are compared as they are (keep
+                 if better), ideas run to the last run, and the measured gain is the gain.
 
 Why these choices. bench/bench_equal_compute.py gives every rule the same runs, reruns included
 (60 campaigns per landscape; 70% of the changes N(+0.3, 0.5) sigma, most hurt a little; the
@@ -47,8 +48,8 @@ the baseline's first runs decided what was kept (when they printed high, more ch
 through), so against them a null change's gain looked 0.3 sd larger; and it takes its noise from
 the repeats alone, as the fit underrates the noise by about 10% where every change is null. On
 bench_noise's null landscape 1-2% of campaigns end with a confirmed claim (0.1% of the null
-changes). A deterministic target costs 2 runs (the baseline's repeat, the best's one rerun): 0.97x
-keep-if-better's gain at 100 runs, which is the oracle there. One baseline run (long runs) gives
+changes). A deterministic target costs the baseline's repeat, one run: 0.99x keep-if-better's gain
+at 100 and 200 runs, which is the oracle there (the one idea not tried). One baseline run (long runs) gives
 about the same figures, a little less on the hard landscape (12.0 at 200 runs).
 """
 
@@ -261,9 +262,11 @@ def fit(found: Tree) -> Prior | None:
     likelihood is quadratic in the mean and scales with the noise), so one pass over the tree per
     ratio: a grid over ln(ratio) (RATIO_GRID), then a parabola through the best point and its
     neighbours. The noise never falls below the metric's printed resolution (`_resolution`):
-    repeats of a coarsely printed metric that happen to agree are not a noise of 0."""
+    repeats of a coarsely printed metric that happen to agree are not a noise of 0. None too for a
+    deterministic target: its values are the truth, compared as they are (a shrinkage estimate
+    would discount real leads for a noise that is not there)."""
     nodes = list(found.nodes.values())
-    if not nodes:
+    if not nodes or _deterministic(found):
         return None
     position = {n.key: i for i, n in enumerate(nodes)}
     origin = nodes[0].losses[0]  # sums of squares about a run, not 0: a metric near 1e5 keeps its digits
@@ -432,11 +435,12 @@ def screen(rows: Sequence[ScreeningRow], row: ScreeningRow, direction: str) -> S
     if node.kept:
         return Screening(Status.KEEP, None, None, f"rerun of kept #{node.key}")
     prior = fit(found)
-    if prior is None:  # no noise estimate yet: better is better
+    if prior is None:  # no noise estimate yet, or no noise: better is better
         rival = best(found, None)
         assert rival is not None
         keep = sum(node.losses) / len(node.losses) < rival.loss
-        reason = f"no noise estimate yet: {'better' if keep else 'not better'} than the best #{rival.key}"
+        why = "repeats agree exactly" if _deterministic(found) else "no noise estimate yet"
+        reason = f"{why}: {'better' if keep else 'not better'} than the best #{rival.key}"
         return Screening(Status.KEEP if keep else Status.DISCARD, None, rival, reason)
     found_estimates = estimates(found, prior)
     rival = _best_of(found, found_estimates)
