@@ -204,3 +204,24 @@ def test_the_unattended_loop_on_two_slots_screens_then_finishes_on_both_once_no_
     assert facts["claim"].startswith("confirmed: #")
     (first,) = [r for r in table if r.index == facts["best_row"]["index"]]
     assert first.knob_values() == {"IDEA": 2}
+
+
+def test_a_deterministic_target_owes_no_finish_and_keeps_no_time_for_one(tmp_path: Path):
+    from autoresearch_skills.campaign import keeprule
+    from autoresearch_skills.campaign.settings import Settings
+
+    settings = Settings("det", "val_bpb", "min", "python train.py", str(tmp_path), "autoresearch/det",
+                        "2025-01-01T00:00:00+00:00", keep_rule="screening", baseline_repeats=2)  # fmt: skip
+    values = [1.0, 1.0, 0.981234, 0.990551, 0.975007, 1.012345]  # a fixed seed: the repeat agrees
+    parents = ["", "", "b", "c2", "c2", "c4"]
+    table = [
+        ledger.Row(index=i, commit=f"c{i}" if i > 1 else "b", parent_commit=parents[i], metric_name="val_bpb",
+                   metric_value=v, status="keep" if v < 0.99 or i == 0 else "discard",
+                   rerun_of="0" if i == 1 else "", flags="screened")
+        for i, v in enumerate(values)
+    ]  # fmt: skip
+    assert not keeprule.finish_owed(settings, table)
+    assert keeprule.finish_reserve(settings, table) == 0.0
+    assert keeprule.owed(settings, table, ideas_open=False, ideas_in_flight=0) is None
+    table[1].metric_value = 1.002  # the same ledger with noise: the finish is owed
+    assert keeprule.finish_owed(settings, table)

@@ -109,8 +109,10 @@ def _measured(rows: list[Row], fingerprint: str | None = None) -> list[Row]:
 
 
 def _finish_done(rows: Sequence[screening.ScreeningRow], settings: Settings) -> bool:
+    """No finish rerun is owed with only the finish's runs left: done, or none owed (a deterministic
+    target screens new ideas to its last run)."""
     step = screening.next_step(rows, settings.direction, screening.FINISH_RUNS, baseline_runs(settings))
-    return step.rerun_of is None and not step.new
+    return step.rerun_of is None
 
 
 def owed(

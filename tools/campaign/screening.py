@@ -77,7 +77,7 @@ RATIO_PRIOR_SD = 2.0
 MEAN_PSEUDO_EDGES = 2.0  # the fitted mean effect starts as if this many children had shown 0
 _LOG_2PI = math.log(2 * math.pi)
 LEDGER_STEP = 1e-6  # the ledger's last decimal
-FINE_VALUES = 8  # distinct values before their grid says whether the metric is printed finely
+FINE_VALUES = 3  # distinct values before their grid can say whether the metric is printed finely
 FINE_STEP = 1e-3  # ... a grid at most this share of their span: finely
 # the ledger's flags (campaign/keeprule.py writes them): a row decided by screening, a run of the
 # finish, and the row that completes the finish also the verdict's
