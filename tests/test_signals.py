@@ -161,8 +161,9 @@ def agent_campaign(repo: Path) -> None:
     ars(repo, "exp", "baseline")
     workdir = ars(repo, "exp", "start", "slow", "-m", "a slow run").stdout.split("workdir: ")[1].split()[0]
     train = Path(workdir) / "train.py"
+    # long enough that, on a loaded machine, the second `ars exp wait` still finds it running
     train.write_text(
-        train.read_text().replace("SLEEP = 0.0", "SLEEP = 3.0").replace("LR = 0.01", "LR = 0.02")
+        train.read_text().replace("SLEEP = 0.0", "SLEEP = 15.0").replace("LR = 0.01", "LR = 0.02")
     )
 
 
