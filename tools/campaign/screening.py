@@ -77,8 +77,9 @@ RATIO_PRIOR_SD = 2.0
 MEAN_PSEUDO_EDGES = 2.0  # the fitted mean effect starts as if this many children had shown 0
 _LOG_2PI = math.log(2 * math.pi)
 LEDGER_STEP = 1e-6  # the ledger's last decimal
-FINE_VALUES = 3  # distinct values before their grid can say whether the metric is printed finely
-FINE_STEP = 1e-3  # ... a grid at most this share of their span: finely
+FINE_STEP = (
+    1e-3  # a metric whose values lie on no grid coarser than this share of their span is printed finely
+)
 # the ledger's flags (campaign/keeprule.py writes them): a row decided by screening, a run of the
 # finish, and the row that completes the finish also the verdict's
 SCREENED_FLAG = "screened"
@@ -638,15 +639,17 @@ def _deterministic(found: Tree) -> bool:
 
 
 def _finely_printed(values: list[float]) -> bool:
-    """At least FINE_VALUES distinct values, on no grid coarser than FINE_STEP of their span (the
-    grid: the greatest common step of their differences, in the ledger's last decimal). A coarse
-    metric (an accuracy on a small set) prints few levels, and its noisy repeats often agree; a
-    noisy metric printed this finely almost never repeats a number, so an agreement is a fixed seed."""
-    distinct = sorted(set(values))
-    if len(distinct) < FINE_VALUES:
+    """Two distinct values or more, on no grid coarser than FINE_STEP of their span (the grid, in
+    the ledger's last decimal: the greatest common step of their differences, which a grid with an
+    offset also shows; of two values, of the values themselves). A coarse metric (an accuracy on a
+    small set, a loss printed to 2 decimals) prints few levels, and its noisy repeats often agree;
+    a noisy metric printed this finely almost never repeats a number: an agreement is a fixed seed."""
+    units = sorted({round(x / LEDGER_STEP) for x in values})
+    if len(units) < 2:
         return False
-    units = [round((x - distinct[0]) / LEDGER_STEP) for x in distinct[1:]]
-    return math.gcd(*units) * LEDGER_STEP <= FINE_STEP * (distinct[-1] - distinct[0])
+    steps = [b - a for a, b in zip(units, units[1:])]
+    grid = math.gcd(*steps) if len(units) > 2 else math.gcd(*units)
+    return grid <= FINE_STEP * (units[-1] - units[0])
 
 
 def _resolution(values: list[float]) -> float:
