@@ -423,6 +423,16 @@ def test_show_filters_by_status(results):
     assert [line.split()[1] for line in table[1:]] == ["keep", "keep"]
 
 
+def test_show_marks_a_warning_but_not_the_rule_that_decided(results):
+    ledger.append(results, row("keep", 0.97, description="screened keep", flags="screened"))
+    ledger.append(
+        results, row("discard", 1.2, description="slow", flags="screened; not comparable: steps 4 vs 8")
+    )
+    lines = ars("ledger", "show", str(results)).stdout.splitlines()
+    assert lines[-2].endswith("screened keep  (screened)")
+    assert lines[-1].endswith("slow  (screened)  (! not comparable: steps 4 vs 8)")
+
+
 def test_best_picks_the_best_kept_row_by_direction(results):
     ledger.append(results, row("crash", 0.0, description="crash rows write 0.000000"))
     lowest = ars("ledger", "best", str(results), "--direction", "min")

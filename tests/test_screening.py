@@ -226,7 +226,10 @@ def test_a_fixed_seed_printed_finely_owes_no_finish_once_the_values_show_it() ->
     rng = random.Random(3)
     rows = ten_ideas([round(1.0 + rng.uniform(-0.05, 0.05), 6) for _ in range(10)])
     assert screening.next_step(rows, "min", remaining=3).new
-    assert screening.verdict(rows, "min").outcome == Outcome.DETERMINISTIC
+    end = screening.verdict(rows, "min")
+    assert end.outcome == Outcome.DETERMINISTIC
+    said = screening.describe(end, "val_bpb", "min")
+    assert "(as measured)" in said and "estimate" not in said
 
 
 def test_a_coarse_metric_on_a_grid_still_owes_the_best_its_rerun() -> None:

@@ -30,7 +30,7 @@ if not __package__:  # run as `python tools/ledger.py` from a checkout with noth
     import _checkout  # noqa: F401
 
 from autoresearch_skills.atomicfile import write_all_or_nothing, write_text_atomic
-from autoresearch_skills.campaign import noise
+from autoresearch_skills.campaign import noise, screening
 from autoresearch_skills.clock import now_iso, parse_iso
 from autoresearch_skills.errors import BadInput, Refused, is_refusal, run_cli
 from autoresearch_skills.outcome import ROW_STATUSES, CrashCause, Mode, Status
@@ -661,6 +661,16 @@ def append_cmd(path: Path, json_row: str | None, **values: str | None) -> None:
     )
 
 
+def _flags_note(flags: str) -> str:
+    """A row's flags after its description: which rule decided plainly (`(screened)`), a warning
+    marked (`(! not comparable: ...)`)."""
+    parts = [f.strip() for f in flags.split(";") if f.strip()]
+    facts = [f for f in parts if screening.is_rule_flag(f)]
+    warnings = [f for f in parts if not screening.is_rule_flag(f)]
+    note = f"  ({escape('; '.join(facts))})" if facts else ""
+    return note + (f"  (! {escape('; '.join(warnings))})" if warnings else "")
+
+
 @cli.command("show")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -683,7 +693,7 @@ def show_cmd(path: Path, statuses: tuple[str, ...], as_json: bool) -> None:
     for r in rows:
         metric = f"{r.metric_value:.6f}" if r.status.is_finished() else "-"
         # escaped, so a tab or newline inside a field cannot break the one-row-per-line table
-        note = f"  (! {escape(r.flags)})" if r.flags else ""  # not comparable, candidate ...
+        note = _flags_note(r.flags)
         table.append(
             (
                 str(r.index),

@@ -806,7 +806,14 @@ def chain_section(st: Standing, direction: str) -> list[str]:
     lines = ["## Chain of screened keeps" if screened else "## Chain of kept improvements", ""]
     off_path = branches(st)
     intro = []
-    if screened:
+    deterministic = st.best is not None and st.best.claim == screening.CLAIMS[screening.Outcome.DETERMINISTIC]
+    if screened and deterministic:
+        intro.append(
+            "Each link was kept because it printed better than the best: the target is deterministic "
+            "(repeats agree exactly), so a value is its commit's value at this seed, and no run was "
+            "re-measured at the end."
+        )
+    elif screened:
         intro.append(
             "Each link was kept on one run, by its shrinkage estimate against the best's: the parent "
             "of what came next, not a claim that its change helped. The only claim is the verdict under "

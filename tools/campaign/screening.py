@@ -191,7 +191,7 @@ CLAIMS = {
     Outcome.CONFIRMED: "confirmed",
     Outcome.SCREENED: "re-measured, unconfirmed",
     Outcome.BASELINE: "fell back to the baseline",
-    Outcome.DETERMINISTIC: "repeats agree exactly",
+    Outcome.DETERMINISTIC: "deterministic target: as measured",
     Outcome.UNMEASURED: "screened, not yet re-measured",
     Outcome.NO_GAIN: "",
 }
@@ -590,7 +590,8 @@ def describe(found: Verdict, metric: str, direction: str, fixed_seed: str | None
     sign = -_sign(direction)  # gains are + for better: shown as the metric's own change
     interval = f" +- {found.sd:.4g}, 1 sd" if found.sd else ""
     again = f"; fresh runs {sign * found.remeasured:+.4g}{interval}" if found.remeasured is not None else ""
-    gain = f"{metric} {sign * found.gain:+.4g} against the baseline (the tree's estimate{again})"
+    how = "as measured" if found.outcome is Outcome.DETERMINISTIC else f"the tree's estimate{again}"
+    gain = f"{metric} {sign * found.gain:+.4g} against the baseline ({how})"
     claim = {
         Outcome.CONFIRMED: "confirmed",
         Outcome.SCREENED: "unconfirmed: the best stays the result, no effect is claimed",
