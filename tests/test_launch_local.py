@@ -107,6 +107,25 @@ def test_run_whose_supervisor_died_is_adopted_and_its_timeout_enforced(local, tm
     assert not alive(run.extra["pid"], run.extra["pid_start"])
 
 
+def test_a_launcher_killed_before_the_supervisor_says_ready_leaves_the_run_supervised(local, tmp_path):
+    """The launching process died (kill -9 of a campaign loop) while it waited for "ready": the
+    supervisor writes to a closed pipe, and must still supervise the run to its end."""
+    from autoresearch_skills.launch.local import SUPERVISOR, prepare_run, save_new
+
+    spec = RunSpec(command="sleep 1; echo done", log_path=tmp_path / "r.log", timeout=30)
+    run = prepare_run(spec, "local", "orphan-1")
+    save_new(run)
+    reader, writer = os.pipe()
+    os.close(reader)  # nobody will read "ready"
+    subprocess.run([sys.executable, "-m", SUPERVISOR, "--detach", run.state_path], stdout=writer,
+                   stdin=subprocess.DEVNULL, start_new_session=True, check=False)  # fmt: skip
+    os.close(writer)
+    wait_until(lambda: load_run(str(tmp_path / "r.log")).state == "exited", timeout=30)
+    ended = load_run(str(tmp_path / "r.log"))
+    assert ended.exit_code == 0 and "done" in (tmp_path / "r.log").read_text()
+    assert local.status(ended).name == "exited"
+
+
 def test_run_that_ended_without_its_supervisor_is_lost(local, tmp_path):
     run = local.start(RunSpec(command=["sleep", "1"], log_path=tmp_path / "l.log", timeout=60))
     os.kill(run.extra["supervisor_pid"], signal.SIGKILL)

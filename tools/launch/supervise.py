@@ -180,7 +180,8 @@ class Supervisor:
         run.state = "running"
         self._durably(run.save)
         if self.detach:  # tell the launcher we run, then let go of its pipe
-            os.write(1, b"ready\n")
+            with contextlib.suppress(OSError):  # it died waiting (kill -9): the run is ours all the same
+                os.write(1, b"ready\n")
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
