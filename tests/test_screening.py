@@ -245,6 +245,8 @@ def test_the_values_grid_tells_a_fixed_seed_from_a_metric_printed_to_two_decimal
     assert screening.screen(fine, row(3, "c1", 2.076461, parent="c0"), "min").reason.startswith(
         "repeats agree exactly"
     )
+    close = ten_ideas([0.993966])  # three values within 0.006: their grid is 7e-6, still fine print
+    assert screening.screen(close, row(3, "c1", 0.994575, parent="c0"), "min").status == Status.DISCARD
     coarse = ten_ideas([0.98])
     assert not screening.screen(coarse, row(3, "c1", 0.97, parent="c0"), "min").reason.startswith(
         "repeats agree exactly"

@@ -77,9 +77,10 @@ RATIO_PRIOR_SD = 2.0
 MEAN_PSEUDO_EDGES = 2.0  # the fitted mean effect starts as if this many children had shown 0
 _LOG_2PI = math.log(2 * math.pi)
 LEDGER_STEP = 1e-6  # the ledger's last decimal
-FINE_STEP = (
-    1e-3  # a metric whose values lie on no grid coarser than this share of their span is printed finely
-)
+# a metric is printed finely when its values lie on no grid coarser than this share of their span,
+# or than this many of the ledger's last decimals (whichever is coarser)
+FINE_STEP = 1e-3
+FINE_UNITS = 10
 # the ledger's flags (campaign/keeprule.py writes them): a row decided by screening, a run of the
 # finish, and the row that completes the finish also the verdict's
 SCREENED_FLAG = "screened"
@@ -640,7 +641,8 @@ def _deterministic(found: Tree) -> bool:
 
 
 def _finely_printed(values: list[float]) -> bool:
-    """Two distinct values or more, on no grid coarser than FINE_STEP of their span (the grid, in
+    """Two distinct values or more, on no grid coarser than FINE_STEP of their span or FINE_UNITS
+    of the ledger's last decimal, whichever is coarser (the grid, in
     the ledger's last decimal: the greatest common step of their differences, which a grid with an
     offset also shows; of two values, of the values themselves). A coarse metric (an accuracy on a
     small set, a loss printed to 2 decimals) prints few levels, and its noisy repeats often agree;
@@ -650,7 +652,7 @@ def _finely_printed(values: list[float]) -> bool:
         return False
     steps = [b - a for a, b in zip(units, units[1:])]
     grid = math.gcd(*steps) if len(units) > 2 else math.gcd(*units)
-    return grid <= FINE_STEP * (units[-1] - units[0])
+    return grid <= max(FINE_STEP * (units[-1] - units[0]), FINE_UNITS)
 
 
 def _resolution(values: list[float]) -> float:
