@@ -132,6 +132,31 @@ def test_a_new_campaign_screens_then_re_measures_the_best_and_confirms_it(repo: 
     assert "Verdict: confirmed: #2" in text and "## Chain of screened keeps" in text, report
 
 
+def test_a_fixed_seed_is_screened_as_printed_owes_no_finish_and_says_its_gain_is_as_measured(
+    repo: Path, tmp_path: Path
+):
+    env = dice(tmp_path, 1.0, 1.0, 0.981234, 0.990551)  # the baseline's repeat agrees: a fixed seed
+    init(repo, env)
+    ars(repo, "exp", "baseline", env=env)
+    first = idea(repo, env, "one", 1)
+    assert "status: keep (repeats agree exactly: better than the best #0)" in first
+    out = idea(repo, env, "two", 2)
+    assert "status: discard (repeats agree exactly: not better" in out
+    assert next_command(out) is None and stop_hook(repo) is None  # no finish: the agent may stop
+    assert len(rows(repo)) == 4
+    facts = status(repo)
+    assert facts["claim"].startswith(
+        "better at this seed, not shown to exceed seed-to-seed noise: #2, val_bpb -0.01877"
+    )
+    assert "(as measured)" in facts["claim"] and "(deterministic target: as measured)" in facts["best"]
+    ars(repo, "report")
+    text = (repo / FOLDER / "report.md").read_text()
+    assert "Each link was kept because it printed better than the best" in text
+    assert "in sigma" not in text.split("## Chain of screened keeps")[1].split("##")[0]
+    shown = ars(repo, "ledger", "show", str(repo / FOLDER / "results.tsv")).stdout
+    assert "(screened)" in shown and "(!" not in shown
+
+
 def test_a_best_that_does_not_hold_up_when_re_measured_falls_back_to_the_baseline(repo: Path, tmp_path: Path):
     # idea 1's one run was lucky: its fresh runs land on the baseline's
     env = dice(tmp_path, 1.00, 1.01, 0.985, 0.987, 1.008, 1.004, 1.002)

@@ -819,7 +819,7 @@ def chain_section(st: Standing, direction: str) -> list[str]:
             "of what came next, not a claim that its change helped. The only claim is the verdict under "
             "Result, made on fresh runs."
         )
-    if st.noise_aware and st.chain:
+    if st.noise_aware and st.chain and not deterministic:  # no noise: no margin in sigma to show
         intro.append(
             "Each commit by the mean of its runs (reruns included); the margin is its lead over the "
             "link it grew from, in sigma of the difference of the two means."
