@@ -87,31 +87,17 @@ _AS_FOUND = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 _MASK_AS_FOUND = signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
-def _kernel_view() -> str:
-    """The ignored and blocked signals as the kernel has them (a library's C code may change them
-    behind the signal module's back)."""
-    status = Path("/proc/self/status")
-    if not status.is_file():
-        return ""
-    return " ".join(line for line in status.read_text().splitlines() if line.startswith(("SigIgn", "SigBlk")))
-
-
 @pytest.fixture(autouse=True)
-def _stop_signals_as_found(request):
+def _stop_signals_as_found():
     """Each test leaves the worker's stop signals as it found them. Code run in-process may ignore
     one (a second Ctrl-C during a cleanup) or block it; an ignored or blocked signal stays so in every
     process the worker starts after, and `ars` respects an ignored one (as under nohup), which fails
     the signal tests. Set again even when the signal module sees no change: it does not see C code's."""
-    before = _kernel_view()
     yield
-    after = _kernel_view()
     for sig, handler in _AS_FOUND.items():
         if handler is not None:
             signal.signal(sig, handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, _MASK_AS_FOUND)
-    if before != after and os.environ.get("ARS_TEST_SIGNAL_LOG"):  # to find the test that did it
-        with open(os.environ["ARS_TEST_SIGNAL_LOG"], "a") as log:
-            log.write(f"{request.node.nodeid}: {before} -> {after}\n")
 
 
 @pytest.fixture(autouse=True)
