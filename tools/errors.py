@@ -175,13 +175,17 @@ def _raise_interrupted(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
+def catchable_stop_signals() -> list[int]:
+    """The stop signals ours to handle: a signal ignored by whoever started us stays ignored
+    (`nohup` ignores SIGHUP; a shell's background job, SIGINT)."""
+    return [sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
+
+
 def raise_on_stop_signals() -> None:
-    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` from now on. A signal ignored by whoever
-    started us stays ignored (`nohup` ignores SIGHUP; a shell's background job, SIGINT)."""
-    for sig in STOP_SIGNALS:
+    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` from now on, unless ignored by our caller."""
+    for sig in catchable_stop_signals():
         try:
-            if signal.getsignal(sig) is not signal.SIG_IGN:
-                signal.signal(sig, _raise_interrupted)
+            signal.signal(sig, _raise_interrupted)
         except ValueError:  # not the main thread (a command called from a test's thread)
             return
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from autoresearch_skills.clock import format_duration, now, parse_duration, parse_iso
-from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, run_cli
+from autoresearch_skills.errors import EXIT_NEGATIVE, EXIT_OK, BadInput, catchable_stop_signals, run_cli
 from autoresearch_skills.launch import LAUNCHERS, get_launcher, load_run
 from autoresearch_skills.launch.base import Launcher, Run, RunSpec, State
 
@@ -255,11 +255,7 @@ class Interrupts:
 
     def __init__(self) -> None:
         self.seen = False
-        self.signals = [
-            s
-            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-            if signal.getsignal(s) is not signal.SIG_IGN
-        ]
+        self.signals = catchable_stop_signals()
         for sig in self.signals:
             signal.signal(sig, self._note)
 

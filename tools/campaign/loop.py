@@ -61,10 +61,10 @@ from autoresearch_skills.campaign.store import Campaign, create, find, load
 from autoresearch_skills.campaign.watch import Watchers
 from autoresearch_skills.clock import format_duration, now, parse_iso
 from autoresearch_skills.errors import (
-    STOP_SIGNALS,
     BadInput,
     Refused,
     StopConditionMet,
+    catchable_stop_signals,
     is_refusal,
     refusal_in_text,
     signal_exit_code,
@@ -131,9 +131,8 @@ class Interrupts:
         self._previous: dict[int, signal._HANDLER] = {}  # signal -> the handler it had before
 
     def __enter__(self) -> Interrupts:
-        for sig in STOP_SIGNALS:
-            if signal.getsignal(sig) is not signal.SIG_IGN:
-                self._previous[sig] = signal.signal(sig, self._handle)
+        for sig in catchable_stop_signals():
+            self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
