@@ -7,6 +7,9 @@ client's `submit_job`, then `get_job_status` every 50 ms until the job is final 
 built on Ray's job client can beat). Measured one run at a time and four at once, as a campaign
 with `parallel: 4` launches them. Also Ray's submit alone: the job client's `submit_job` call, and
 `ray job submit --no-wait -- echo hi` (the command line, which starts a Python and imports Ray).
+Then the same runs in a campaign's holders (`ray_allocation: campaign`, launch/ray_allocation.py):
+Ray jobs submitted once that run the runs one after another, so no run waits for Ray's start of a
+job; and how long the holders take to be up (submit to the first run's end).
 Uses RAY_ADDRESS when set; else starts a head on this machine (loopback, 2 CPUs, 4 logical GPUs)
 and stops it after. Prints `key: value` lines; asserts nothing.
 
@@ -137,6 +140,29 @@ def paired(launcher, client, folder: Path, label: str, at_once: int, submits: li
     ]
 
 
+def held_figures(address: str, folder: Path) -> None:
+    """Seconds per run in holders, one at a time (one holder) and four at once (four holders)."""
+    from autoresearch_skills.launch import ray_allocation
+
+    holders = folder / "holders"
+    held = get_launcher("ray", address=address, allocation=holders)
+    try:
+        for suffix, at_once, note in (("", 1, "one holder, one run at a time"), ("_parallel", AT_ONCE, f"{AT_ONCE} holders, {AT_ONCE} at once")):  # fmt: skip
+            began = time.perf_counter()
+            ray_allocation.ensure(
+                holders, ray_allocation.Request(name="bench", address=address, parallel=at_once)
+            )
+            launcher_batch(held, folder, f"held-up{suffix}", at_once)
+            show(f"held_start_seconds{suffix}", time.perf_counter() - began,
+                 f"{note}: holders submitted to the first runs' end")  # fmt: skip
+            seconds = [
+                launcher_batch(held, folder, f"held{suffix}", at_once) for _ in range(max(1, RUNS // at_once))
+            ]
+            show(f"held_seconds_per_run{suffix}", statistics.median(seconds), f"{note}, median")
+    finally:
+        ray_allocation.release(holders)
+
+
 def show(key: str, value: float, note: str) -> None:
     print(f"{key + ':':38}{value:.3f} ({note})")
 
@@ -184,6 +210,7 @@ def main() -> None:
             cli = [cli_submit(ray_cli, address) for _ in range(CLI_RUNS)]
             show("ray_cli_submit_seconds", statistics.median(cli),
                  f"`ray job submit --no-wait -- echo hi`, median of {CLI_RUNS}")  # fmt: skip
+        held_figures(address, folder)
         queries = watcher(address).queries
         print(
             f"{'ray_list_jobs_queries:':38}{queries} (the launcher's: one per refresh, for all runs in flight)"

@@ -39,28 +39,38 @@ MONITOR_MB, MONITOR_GOAL = 200, 200.0
 # tasks -> (wall s, peak MiB, ratio to one orjson parse of the input)
 REWARD_GOALS = {10_000: (1.0, 150.0, 2.5), 100_000: (6.0, 500.0, 2.5)}
 RAY_GOALS = {"one": 1.0, "parallel": 0.5}
+RAY_JOB_OVER_RAY = 0.5  # seconds a run as a Ray job of its own may cost beyond Ray's own job
 
 
 def ray_figures() -> list[Figure]:
-    """bench_ray.py's per-run seconds, beside Ray's own cost of the same jobs (the floor, measured
-    batch by batch in the same run), or one line saying why there are none."""
+    """bench_ray.py: per-run seconds in a campaign's holders (the goals; floor: the local launcher's
+    run of the same command), and as Ray jobs of their own beside Ray's own cost of the same jobs
+    (the floor, measured batch by batch in the same run), or one line saying why there are none."""
     done = subprocess.run([sys.executable, str(BENCH / "bench_ray.py")], capture_output=True, text=True)
     found = dict(re.findall(r"^(\w+):\s+([\d.]+)", done.stdout, re.M))
-    if "ray_seconds_per_run" not in found:
+    if "held_seconds_per_run" not in found:
         reason = (done.stdout.strip() or done.stderr.strip() or "no output").splitlines()[-1]
         goal = f"< {RAY_GOALS['one']:g} s"
         return [
             Figure("Ray orchestration per experiment", None, "s", goal=goal, note=f"not measured: {reason}")
         ]
     figures = []
+    local = float(found["local_seconds_per_run"])
     for name, suffix, goal in (
-        ("Ray orchestration per experiment", "", RAY_GOALS["one"]),
-        ("Ray orchestration, 4 at once", "_parallel", RAY_GOALS["parallel"]),
+        ("Ray orchestration per experiment, holders", "", RAY_GOALS["one"]),
+        ("Ray orchestration, 4 at once, holders", "_parallel", RAY_GOALS["parallel"]),
+    ):
+        value = float(found[f"held_seconds_per_run{suffix}"])
+        figures.append(Figure(name, value, "s", local, f"< {goal:g} s", value < goal, value / local))
+    for name, suffix in (
+        ("Ray job per run, per experiment", ""),
+        ("Ray job per run, 4 at once", "_parallel"),
     ):
         value = float(found[f"ray_seconds_per_run{suffix}"])
         alone = float(found[f"ray_alone_seconds_per_job{suffix}"])  # Ray's own submit-to-end: the floor
         ratio = float(found[f"ray_ratio_to_ray_alone{suffix}"])
-        figures.append(Figure(name, value, "s", alone, f"< {goal:g} s", value < goal, ratio))
+        goal = f"< Ray alone + {RAY_JOB_OVER_RAY:g} s"
+        figures.append(Figure(name, value, "s", alone, goal, value < alone + RAY_JOB_OVER_RAY, ratio))
     return figures
 
 

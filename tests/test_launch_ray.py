@@ -33,7 +33,7 @@ from repo_helpers import ars, make_repo
 from autoresearch_skills import ledger, metrics
 from autoresearch_skills.campaign.pool import Pool
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch import LAUNCHERS, get_launcher, load_run
+from autoresearch_skills.launch import LAUNCHERS, get_launcher, load_run, ray_allocation
 from autoresearch_skills.launch import ray as ray_launcher
 from autoresearch_skills.launch.base import Run, RunSpec
 
@@ -399,6 +399,164 @@ def test_kill_9_of_the_loop_then_resume_adopts_the_live_job(ray_head, tmp_path):
     assert [(r.job_id, r.launcher) for r in table] == [(job, "ray")], out
     assert table[0].metric_value == pytest.approx(1.2)
     assert len(ray_jobs(ray_head, "ars-rckill-")) == 1  # adopted, never submitted twice
+
+
+# -- the campaign's holders (ray_allocation: campaign) --------------------------------
+
+
+def holders_for(ray_head: str, folder: Path, parallel: int, gpus: int = 0, grace: float = 60.0):
+    placement = {"entrypoint_num_gpus": gpus} if gpus else {}
+    request = ray_allocation.Request(name=unique("hold"), address=ray_head, parallel=parallel,
+                                     placement=placement, grace=grace)  # fmt: skip
+    return ray_allocation.ensure(folder, request)
+
+
+def holder_statuses(ray_head: str, holders) -> list[str]:
+    return [j.status for holder in holders for j in ray_jobs(ray_head, holder)]
+
+
+def test_holders_run_the_runs_one_after_another_each_on_its_holders_gpu(ray_head, tmp_path):
+    folder = tmp_path / "ray"
+    held, said = holders_for(ray_head, folder, parallel=2, gpus=1)
+    assert said.startswith("Ray allocation: 2 holder(s) submitted (2 run(s) at once, 1 GPU(s) each")
+    # other tests take GPUs too: both holders placed first, so that each is sure to run a run
+    wait_until(lambda: holder_statuses(ray_head, held.live) == ["RUNNING"] * 2, 90, "Ray to place both")
+    launcher = get_launcher("ray", address=ray_head, allocation=folder)
+    command = "echo CVD=$CUDA_VISIBLE_DEVICES HOLDER=$ARS_HOLDER; echo 'val_bpb: 1.5'; sleep 0.5; exit $CODE"
+    runs = [
+        launcher.start(
+            RunSpec(
+                command=command,
+                log_path=tmp_path / f"r{i}.log",
+                cwd=tmp_path,
+                timeout=60,
+                env={"CODE": str(i)},
+                name=unique(f"held{i}"),
+            )
+        )  # fmt: skip
+        for i in range(4)
+    ]
+    states = [launcher.wait(run, 60) for run in runs]
+    assert [(s.name, s.exit_code) for s in states] == [("exited", i) for i in range(4)]
+    seen = [dict(w.split("=", 1) for w in (tmp_path / f"r{i}.log").read_text().split()[:2]) for i in range(4)]
+    assert {s["HOLDER"] for s in seen} <= set(held.live) and all(s["CVD"] in "0123" for s in seen)
+    by_holder = {s["HOLDER"]: s["CVD"] for s in seen}
+    assert all(by_holder[s["HOLDER"]] == s["CVD"] for s in seen)  # a holder's runs share its GPU
+    assert len(by_holder) == 2 and len(set(by_holder.values())) == 2  # each holder's GPU is its own
+    assert [s.value for s in metrics.extract(tmp_path / "r0.log", "karpathy")] == [1.5]
+    assert not ray_jobs(ray_head, runs[0].run_id)  # a run is no Ray job of its own
+    shown = subprocess.run([sys.executable, "-m", "autoresearch_skills.cli", "status", str(tmp_path / "r2.log"),
+                            "--json"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert json.loads(shown.stdout)["state"] == "exited" and shown.returncode == 1  # ended, not 0
+
+    assert ray_allocation.release(folder) == "Ray allocation: 2 holder(s) released once their runs end"
+    wait_until(lambda: holder_statuses(ray_head, held.live) == ["SUCCEEDED"] * 2, 30, "the holders to end")
+    ray_watch_forget(ray_head, held.live)
+    assert ray_allocation.describe(folder) == "no holder now; 2 ended before (released the last)"
+
+
+def ray_watch_forget(ray_head: str, holders: list[str]) -> None:
+    """This process's watcher asks Ray again at its next look (it paces its questions)."""
+    from autoresearch_skills.launch.ray_watch import watcher
+
+    for holder in holders:
+        watcher(ray_head).invalidate(holder)
+
+
+def test_a_held_run_times_out_and_a_cancel_stops_its_whole_tree_or_withdraws_it(ray_head, tmp_path):
+    folder = tmp_path / "ray"
+    holders_for(ray_head, folder, parallel=1)
+    launcher = get_launcher("ray", address=ray_head, allocation=folder)
+    timed = launcher.start(RunSpec(command="echo started; sleep 60", log_path=tmp_path / "t.log", cwd=tmp_path,
+                                   timeout=2, grace=1, name=unique("limit")))  # fmt: skip
+    state = launcher.wait(timed, 30)
+    assert (state.name, state.shell_status) == ("timeout", 124) and "killed at its 2s limit" in state.detail
+    assert "started" in (tmp_path / "t.log").read_text()
+
+    command, pidfile = make_tree(tmp_path)
+    tree = launcher.start(RunSpec(command=command, log_path=tmp_path / "c.log", cwd=tmp_path, timeout=120,
+                                  grace=1, name=unique("tree")))  # fmt: skip
+    queued = launcher.start(RunSpec(command="echo never", log_path=tmp_path / "q.log", cwd=tmp_path,
+                                    timeout=60, name=unique("queued")))  # fmt: skip
+    wait_until(lambda: len(read_pids(pidfile)) == TREE_SIZE, 60, "the tree to start")
+    assert launcher.status(tree).name == "running"
+    waiting = launcher.status(queued)
+    assert waiting.name == "pending" and waiting.detail.startswith("waiting for a free holder")
+    assert launcher.cancel(queued).detail == "cancelled before a holder took it"
+    state = launcher.cancel(tree)  # the tree ignores SIGTERM: SIGKILL after the 1 s grace
+    assert state.name == "cancelled" and state.detail.startswith("cancelled in ars-hold-")
+    assert wait_until(lambda: not survivors(read_pids(pidfile)), 15, "the tree to go (its setsid sleep too)")
+    assert (tmp_path / "q.log").read_text() == ""
+    ray_allocation.release(folder)
+
+
+def test_a_holder_stopped_under_its_run_ends_it_as_the_allocation_and_a_new_one_takes_over(
+    ray_head, tmp_path
+):
+    from ray.job_submission import JobSubmissionClient
+
+    folder = tmp_path / "ray"
+    held, _ = holders_for(ray_head, folder, parallel=1)
+    [holder] = held.live
+    launcher = get_launcher("ray", address=ray_head, allocation=folder)
+    run = launcher.start(RunSpec(command="echo started; sleep 60", log_path=tmp_path / "s.log", cwd=tmp_path,
+                                 timeout=120, grace=1, name=unique("stopped")))  # fmt: skip
+    wait_until(lambda: "started" in (tmp_path / "s.log").read_text(), 60, "the run to start")
+    JobSubmissionClient(ray_head).stop_job(holder)
+    state = launcher.wait(run, 60)
+    assert state.name == "cancelled" and state.detail.startswith(
+        f"Ray: {holder} of the campaign ended while it ran"
+    )
+    assert load_run(str(tmp_path / "s.log")).extra["allocation_ended"]
+    wait_until(
+        lambda: holder_statuses(ray_head, [holder]) == ["STOPPED"], 30, "Ray to say the holder stopped"
+    )
+    ray_watch_forget(ray_head, [holder])
+    again, said = holders_for(ray_head, folder, parallel=1)
+    assert f"before them {holder} ended: stopped (ray job stop)" in said and again.live != [holder]
+    ray_allocation.release(folder)
+
+
+def test_a_holder_with_no_word_from_its_campaign_ends_after_its_grace(ray_head, tmp_path):
+    held, _ = holders_for(ray_head, tmp_path / "ray", parallel=1, grace=2)
+    wait_until(
+        lambda: holder_statuses(ray_head, held.live) == ["SUCCEEDED"], 60, "the holder to end by itself"
+    )
+    from ray.job_submission import JobSubmissionClient
+
+    logs = JobSubmissionClient(ray_head).get_job_logs(held.live[0])
+    assert "released: no run and no word from the campaign for 2s" in logs
+
+
+def test_a_parallel_campaign_runs_its_grid_in_holders_then_lets_them_go(ray_head, tmp_path):
+    repo = make_repo(tmp_path / "project", {"train.py": TRAIN})
+    path = write_campaign(repo, "rchold", ray_head, {"kind": "grid", "space": {"LR": [0.02, 0.03, 0.04]}},
+                          "4 experiments", parallel=2, ray_allocation="campaign")  # fmt: skip
+    out = ars(repo, "campaign", "run", str(path), env={"RAY_ADDRESS": ""}, timeout=170).stdout
+    assert "Ray allocation: 2 holder(s) submitted" in out, out
+    table = campaign_rows(repo, "rchold")
+    assert len(table) == 4 and {r.launcher for r in table} == {"ray"}
+    assert all(r.status in ("keep", "discard") for r in table), [r.status for r in table]
+    assert sorted(r.metric_value for r in table)[0] == pytest.approx(1.0)
+    holders = [j.submission_id for j in ray_jobs(ray_head, "ars-rchold-holder-")]
+    assert len(holders) == 2 and not [
+        j for j in ray_jobs(ray_head, "ars-rchold-") if j.submission_id not in holders
+    ]
+    wait_until(
+        lambda: holder_statuses(ray_head, holders) == ["SUCCEEDED"] * 2, 30, "the holders to be let go"
+    )
+
+
+def test_holders_need_a_shared_file_system(tmp_path):
+    from autoresearch_skills.campaign.config import validate_file
+
+    with pytest.raises(BadInput, match="needs a file system the cluster shares"):
+        ray_allocation.ensure(tmp_path / "ray", ray_allocation.Request(name="x", working_dir="upload"))
+    assert not (tmp_path / "ray").exists()
+    repo = make_repo(tmp_path / "project", {"train.py": TRAIN})
+    path = write_campaign(repo, "rcup", "http://127.0.0.1:1", {"kind": "queue", "queue": []}, "1 experiments",
+                          ray_allocation="campaign", ray_working_dir="upload")  # fmt: skip
+    assert any("it needs ray_working_dir shared, not upload" in p for p in validate_file(path, repo))
 
 
 # -- our own checks: no cluster needed ------------------------------------------------

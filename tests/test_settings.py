@@ -97,7 +97,7 @@ ADDED_KEYS = [
     "pattern", "worktree_include", "carry_copy_mb", "args_style", "ray_address", "ray_working_dir",
     "keep_sessions_at_end", "keep_outputs", "outputs_max_gb", "holdout", "holdout_pattern", "holdout_command",
     "seed", "keep_rule", "objectives", "accelerator", "cpus_per_run", "checks", "checks_timeout", "result_branch",
-    "confirm", "slurm_allocation", "slurm_grace", "account", "qos", "constraint",
+    "confirm", "slurm_allocation", "slurm_grace", "account", "qos", "constraint", "ray_allocation", "ray_grace",
 ]  # fmt: skip
 
 

@@ -58,6 +58,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     tmux_server: str | None = None  # the current campaign's tmux server, when it uses tmux
     slurm_allocation: str | None = None  # the current campaign's Slurm allocation, when it has one
+    ray_allocation: str | None = None  # the current campaign's holders on Ray, when it has them
     ray: dict | None = None  # cluster_info() of the Ray cluster runs would go to; None: Ray not installed
 
     def to_dict(self) -> dict:
@@ -87,6 +88,7 @@ class Report:
             f"slurm: {self.slurm or 'none (sbatch not found)'}",
             *([f"slurm_allocation: {self.slurm_allocation}"] if self.slurm_allocation else []),
             *([_ray_line(self.ray)] if self.ray is not None else []),
+            *([f"ray_allocation: {self.ray_allocation}"] if self.ray_allocation else []),
             f"torch: {self.torch or 'none (not importable)'}",
         ]
         if self.torch:
@@ -272,7 +274,7 @@ def diagnose(path: str | Path = ".") -> Report:
         pool=_campaign_pool_line(vendor, gpus),
         notes=notes,
         tmux_server=campaign_tmux_server(),
-        slurm_allocation=_campaign_allocation(),
+        **_campaign_allocation(),
         ray=_ray_cluster(),
     )
 
@@ -293,16 +295,20 @@ def _campaign_pool_line(vendor: str, gpus: list[Device]) -> str:
     return pool_line(vendor, gpus, pool.parallel)
 
 
-def _campaign_allocation() -> str | None:
-    """The Slurm allocation of the campaign found from here (`slurm_allocation: campaign`), in one line."""
+def _campaign_allocation() -> dict[str, str | None]:
+    """The allocation of the campaign found from here (`slurm_allocation` or `ray_allocation:
+    campaign`), in one line, under its cluster's key."""
     from autoresearch_skills.campaign import allocation
     from autoresearch_skills.campaign.store import find
     from autoresearch_skills.errors import BadInput
 
     try:
-        return allocation.line(find(None, cwd="."))
+        campaign = find(None, cwd=".")
+        if campaign.settings.launcher not in ("slurm", "ray"):
+            return {}
+        return {f"{campaign.settings.launcher}_allocation": allocation.line(campaign)}
     except (BadInput, OSError, ValueError):
-        return None
+        return {}
 
 
 def _ray_cluster() -> dict | None:

@@ -70,9 +70,7 @@ class CrashCause(str, Enum):
     RUNNER_DIED = "runner_died"  # its supervisor died twice (the machine, the orchestrator, a kill)
     LOST_SESSION = "lost_session"  # its tmux session or server vanished under it
     LOST = "lost"  # the cluster (Slurm, Ray) lost the job
-    ALLOCATION_ENDED = (
-        "allocation_ended"  # the campaign's Slurm allocation ended under it (time limit, preemption, scancel)
-    )
+    ALLOCATION_ENDED = "allocation_ended"  # the campaign's Slurm allocation or Ray holder ended under it (limit, preemption, a stop)
     CANCELLED = "cancelled"  # cancelled by a person or a signal (`ars exp cancel`, Ctrl-C, scancel)
     CHECKS_FAILED = "checks_failed"  # it gave its metric, then one of the campaign's `checks:` failed
     # decided without a run's end

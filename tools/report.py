@@ -614,7 +614,7 @@ def render_markdown(
         "## Stop rules",
         "",
         *[f"- {d}" for d in s.stop_rules().describe()],
-        *([f"- Slurm allocation: {held}"] if (held := allocation.line(campaign)) else []),
+        *([f"- {s.launcher.capitalize()} allocation: {held}"] if (held := allocation.line(campaign)) else []),
         "",
         f"**{verdict.line}**",
         "",

@@ -1,5 +1,7 @@
-"""A campaign's own Slurm allocation (`launcher: slurm` with `slurm_allocation: campaign`): asked for
-at the first run, kept alive by whoever moves the campaign on, let go at the end or a pause.
+"""A campaign's own allocation, asked for at the first run, kept alive by whoever moves the campaign
+on, let go at the end or a pause: on Slurm one allocation whose job steps are the runs
+(`slurm_allocation: campaign`), on Ray `parallel` holder jobs that run the runs one after another
+(`ray_allocation: campaign`).
 
     opening(campaign)             the loop's first line on it (a live one adopted on resume)
     ensure(campaign, remaining)   before a run starts: the live allocation, or a new one (its line)
@@ -9,30 +11,65 @@ at the first run, kept alive by whoever moves the campaign on, let go at the end
     line(campaign)                for status and doctor: the job, where, what it holds, time left,
                                   and the wall time split into queued, running and idle
 
-The launcher side (the holder job, the runs as steps) is launch/slurm_allocation.py and
-launch/slurm_steps.py; this module only says what the campaign asks for.
+The launcher side (the holders, the runs in them) is launch/slurm_allocation.py and
+launch/slurm_steps.py, launch/ray_allocation.py and launch/ray_steps.py; this module only says what
+the campaign asks for.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from autoresearch_skills.campaign.store import Campaign
 from autoresearch_skills.clock import parse_duration
-from autoresearch_skills.launch import slurm_allocation
 from autoresearch_skills.launch.slurm_allocation import Request
+
+if TYPE_CHECKING:
+    from autoresearch_skills.launch import ray_allocation
 
 ASKED = "allocation_asked"  # run file `extra` key: the line saying a new allocation was asked for it
 
 
 def enabled(campaign: Campaign) -> bool:
     s = campaign.settings
-    return s.launcher == "slurm" and s.slurm_allocation == "campaign"
+    return (s.launcher == "slurm" and s.slurm_allocation == "campaign") or (
+        s.launcher == "ray" and s.ray_allocation == "campaign"
+    )
 
 
 def folder(campaign: Campaign) -> Path:
-    return campaign.folder / "slurm"
+    return campaign.folder / campaign.settings.launcher  # slurm/ or ray/
+
+
+def _engine(campaign: Campaign) -> ModuleType:
+    if campaign.settings.launcher == "ray":
+        from autoresearch_skills.launch import ray_allocation
+
+        return ray_allocation
+    from autoresearch_skills.launch import slurm_allocation
+
+    return slurm_allocation
+
+
+def ray_request(campaign: Campaign) -> ray_allocation.Request:
+    """What the campaign's holders on Ray hold: one run's placement each, `parallel` of them."""
+    from autoresearch_skills.campaign.experiment import cluster_resources
+    from autoresearch_skills.launch import ray_allocation
+    from autoresearch_skills.launch.ray import resource_arguments
+
+    s = campaign.settings
+    resources = {k: v for k, v in cluster_resources(campaign).items() if k != "partition"}
+    return ray_allocation.Request(
+        name=s.name,
+        address=s.ray_address,
+        working_dir=s.ray_working_dir,
+        parallel=s.pool().parallel,
+        placement=resource_arguments(resources),
+        grace=parse_duration(s.ray_grace),
+    )
 
 
 def request(campaign: Campaign, remaining: float | None) -> Request:
@@ -58,17 +95,18 @@ def request(campaign: Campaign, remaining: float | None) -> Request:
 def ensure(campaign: Campaign, remaining: float | None) -> str:
     """The allocation the next run starts in: '' when the live one is adopted, else the line saying
     that a new one was asked for (and how the one before ended)."""
-    _, said = slurm_allocation.ensure(folder(campaign), request(campaign, remaining))
+    asked = ray_request(campaign) if campaign.settings.launcher == "ray" else request(campaign, remaining)
+    _, said = _engine(campaign).ensure(folder(campaign), asked)
     return said
 
 
 def beat(campaign: Campaign) -> None:
     if enabled(campaign):
-        slurm_allocation.beat(folder(campaign))
+        _engine(campaign).beat(folder(campaign))
 
 
 def release(campaign: Campaign) -> str:
-    return slurm_allocation.release(folder(campaign)) if enabled(campaign) else ""
+    return _engine(campaign).release(folder(campaign)) if enabled(campaign) else ""
 
 
 def opening(campaign: Campaign) -> str | None:
@@ -76,7 +114,11 @@ def opening(campaign: Campaign) -> str | None:
     be asked for at the first run; None when the campaign has no allocation of its own."""
     if not enabled(campaign):
         return None
-    return slurm_allocation.adopted(folder(campaign)) or (
+    if campaign.settings.launcher == "ray":
+        return _engine(campaign).adopted(folder(campaign)) or (
+            "Ray allocation: holders for the whole campaign, submitted when the next run starts; each runs the runs one after another"
+        )
+    return _engine(campaign).adopted(folder(campaign)) or (
         "Slurm allocation: one for the whole campaign, asked for when the next run starts; each run a job step in it"
     )
 
@@ -86,4 +128,4 @@ def line(campaign: Campaign) -> str | None:
     None when the campaign has no allocation of its own."""
     if not enabled(campaign):
         return None
-    return slurm_allocation.describe(folder(campaign))
+    return _engine(campaign).describe(folder(campaign))

@@ -184,8 +184,9 @@ def status_cmd(ref: str | None, as_json: bool) -> None:
             if key == "claim" and value is None:
                 continue  # the noise rule: `best:` says it all
             click.echo(f"{key}: {value if value is not None else '-'}")
-        if facts["slurm_allocation"]:
-            click.echo(f"slurm_allocation: {facts['slurm_allocation']}")
+        for key in ("slurm_allocation", "ray_allocation"):
+            if facts[key]:
+                click.echo(f"{key}: {facts[key]}")
         for item in facts["in_flight"]:
             click.echo(f"in_flight: {item['line']}")
         if not facts["in_flight"]:
@@ -515,7 +516,8 @@ def pause_cmd(ref: str | None, reason: str) -> None:
 
     Writes a `paused` file (reason, time) into the campaign folder. Nothing running is
     cancelled and no row is written: a run in flight finishes and is recorded as usual. A
-    campaign's Slurm allocation (`slurm_allocation: campaign`) is released once no run is in it.
+    campaign's Slurm allocation or Ray holders (`slurm_allocation` / `ray_allocation: campaign`) are
+    released once no run is in them.
 
     \b
     Examples:

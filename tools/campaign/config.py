@@ -511,6 +511,13 @@ def _check_launcher(data: dict, where: str, result: Validation) -> None:
     result.checked.append(f"launcher {launcher}")
     if launcher == "slurm":
         result.shown.append(_slurm_line(data))
+    if launcher == "ray":
+        result.shown.append(_ray_line(data))
+        if data.get("ray_allocation") == "campaign" and data.get("ray_working_dir") == "upload":
+            result.problems.append(
+                f"{where}: ray_allocation campaign runs in holders that read the campaign's files: "
+                "it needs ray_working_dir shared, not upload"
+            )
     for program in LAUNCHER_PROGRAMS.get(launcher, ()):
         if shutil.which(program) is None:
             result.problems.append(
@@ -528,6 +535,17 @@ def _slurm_line(data: dict) -> str:
             f"on pause, or after {grace} with no step and no word from the campaign"
         )
     return "slurm: each run its own sbatch job, queued on its own (slurm_allocation: campaign holds one for the night)"
+
+
+def _ray_line(data: dict) -> str:
+    """How runs reach Ray: a job each, or the campaign's holders."""
+    if data.get("ray_allocation") == "campaign":
+        grace = data.get("ray_grace", SETTINGS["ray_grace"].default)
+        return (
+            "ray: holders for the campaign (one per parallel run), each running the runs one after another; "
+            f"they end at the end, on pause, or after {grace} with no run and no word from the campaign"
+        )
+    return "ray: each run its own Ray job (ray_allocation: campaign keeps holders for the night: runs start at once)"
 
 
 def _check_watch(data: dict, where: str, result: Validation) -> None:

@@ -462,14 +462,28 @@ def shadowed_knobs(campaign: Campaign, experiment: Experiment) -> list[str]:
     return knobs.shadowed_by_command(changed, command) + lines
 
 
+def cluster_resources(campaign: Campaign, own_gpus: int | None = None) -> dict[str, str]:
+    """What a cluster is asked for per run: partition, mem, cpus, and the GPUs it places the run on
+    (a blueprint's own `gpus` when it has one)."""
+    s = campaign.settings
+    pool = s.pool()
+    cpus = s.cpus or (s.cpus_per_run if pool.launcher in CLUSTER_LAUNCHERS else None)
+    resources = {k: str(v) for k, v in (("partition", s.partition), ("mem", s.mem), ("cpus", cpus)) if v}
+    gpus = pool.cluster_gpus(own_gpus)  # Slurm or Ray places the run on its GPUs
+    if gpus:
+        resources["gpus"] = str(gpus)
+    return resources
+
+
 def launcher_for(campaign: Campaign) -> Launcher:
     s = campaign.settings
     if s.launcher == "tmux":
         return get_launcher("tmux", socket=s.tmux_socket)
+    held = allocation.folder(campaign) if allocation.enabled(campaign) else None
     if s.launcher == "ray":
-        return get_launcher("ray", address=s.ray_address, working_dir=s.ray_working_dir)
-    if allocation.enabled(campaign):
-        return get_launcher("slurm", allocation=allocation.folder(campaign))
+        return get_launcher("ray", address=s.ray_address, working_dir=s.ray_working_dir, allocation=held)
+    if held:
+        return get_launcher("slurm", allocation=held)
     return get_launcher(s.launcher)
 
 
@@ -674,10 +688,6 @@ def plan_launch(
     )
     if threads:
         env.update(cpu_cores.thread_environment(threads, {**os.environ, **own.env}))
-    resources = {k: str(v) for k, v in (("partition", s.partition), ("mem", s.mem), ("cpus", cpus)) if v}
-    cluster_gpus = pool.cluster_gpus(own.gpus)  # Slurm or Ray places the run on its GPUs
-    if cluster_gpus:
-        resources["gpus"] = str(cluster_gpus)
     return RunSpec(
         command=command_of(campaign, experiment),
         log_path=log_path,
@@ -685,7 +695,7 @@ def plan_launch(
         env=env,
         timeout=min(limits) if limits else DEFAULT_RUN_TIMEOUT,
         name=own.name or f"{s.name}-{experiment.key.replace('~', '-')}",
-        resources=resources,
+        resources=cluster_resources(campaign, own.gpus),
         cores=tuple(cores),
     )
 

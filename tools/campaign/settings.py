@@ -439,6 +439,8 @@ class Settings:
     account: str | int | None = None
     qos: str | int | None = None
     constraint: str | None = None
+    ray_allocation: str = "per_run"                              # per_run: a Ray job per run; campaign: holders
+    ray_grace: str | float = "10m"                               # a holder idle this long ends
     # fmt: on
 
     @classmethod
@@ -654,6 +656,8 @@ def _settings_table() -> dict[str, Key]:
         Key("account", slurm_value(), "Slurm: the account charged (sbatch --account)"),
         Key("qos", slurm_value(), "Slurm: the quality of service (sbatch --qos)"),
         Key("constraint", text(), "Slurm: node features the runs need (sbatch --constraint), e.g. a100|h100"),
+        Key("ray_allocation", choice("per_run", "campaign"), "Ray: per_run (each run its own Ray job, about a second of Ray's own start each) or campaign (`parallel` holder jobs for the whole campaign, each holding one run's GPUs, CPUs and memory and running the runs one after another, each starting in a fraction of a second; needs a file system the cluster shares; they end when the campaign ends, pauses, or sits idle past `ray_grace`)"),
+        Key("ray_grace", duration(above_zero=True), "Ray, ray_allocation campaign: how long a holder waits with no run and no word from the campaign (a loop killed and not resumed) before it ends and frees its GPUs; enforced on the cluster"),
     ])
     # fmt: on
 

@@ -31,6 +31,7 @@ def status_facts(campaign: Campaign) -> dict:
     """Everything `campaign status` and `memory resume` report, as plain data."""
     rows = campaign.rows()
     s = campaign.settings
+    held = allocation.line(campaign)
     state = campaign.state.read()
     verdict = campaign.verdict(state=state)
     best = noise.best(rows, s.direction)
@@ -67,7 +68,9 @@ def status_facts(campaign: Campaign) -> dict:
         "latest": _describe_row(latest, s.metric) if latest else None,
         "current_branch": branch,
         "pool": s.pool().describe(),
-        "slurm_allocation": allocation.line(campaign),  # None: runs are jobs of their own (or not Slurm)
+        # None: runs are jobs of their own (or not on that cluster)
+        "slurm_allocation": held if s.launcher == "slurm" else None,
+        "ray_allocation": held if s.launcher == "ray" else None,
         "in_flight": in_flight,
         "running": "; ".join(f["line"] for f in in_flight if f["phase"] == "running") or None,
         "open": [f["key"] for f in in_flight if f["phase"] in ("opening", "open")],

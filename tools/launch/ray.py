@@ -1,5 +1,8 @@
 """The Ray Jobs launcher: each run is a Ray job, submitted through Ray's own job client.
 
+With `allocation=` (a campaign's `ray_allocation: campaign`) runs start instead in the campaign's
+holders, Ray jobs that each run the runs one after another: ray_allocation.py, ray_steps.py.
+
 Contract: `start` submits the run as a Ray job and returns its Run; the submission id is the run
 id (`ars-<name>-<6 hex>`), so `ray job status/logs/stop ars-...` and `ars status ars-...` name
 the same thing. From then on the job's life is Ray's, seen through the same states as every
@@ -81,6 +84,7 @@ from urllib.parse import urlparse
 from autoresearch_skills.campaign.paths import CAMPAIGNS_DIR
 from autoresearch_skills.clock import now_iso
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.launch import ray_steps
 from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, shell_exit_code, slug, wait_polling
 from autoresearch_skills.launch.local import prepare_run, record, save_new
 from autoresearch_skills.launch.ray_watch import client, first_line, watcher
@@ -107,19 +111,30 @@ _followers: list[subprocess.Popen] = []  # followers started here, reaped once t
 class RayLauncher:
     name = "ray"
 
-    def __init__(self, address: str | None = None, working_dir: str | None = None, **options: object):
+    def __init__(
+        self,
+        address: str | None = None,
+        working_dir: str | None = None,
+        allocation: str | Path | None = None,
+        **options: object,
+    ):
         """`address`: the cluster (`http://HEAD:8265`, `HEAD:6379`, `ray://...`, `auto`); None for
-        Ray's own rules. `working_dir`: shared or upload; None picks by the address. Options of
-        other launchers (socket=...) are accepted and ignored."""
+        Ray's own rules. `working_dir`: shared or upload; None picks by the address. `allocation`:
+        the folder of the campaign's holders (ray_allocation.py): runs start in them (ray_steps.py)
+        rather than as jobs of their own. Options of other launchers (socket=...) are accepted and
+        ignored."""
         if working_dir not in (None, "", *WORKING_DIRS):
             raise BadInput(f"ray_working_dir {working_dir!r}: choose shared or upload")
         self.address = address or None
         self.working_dir = working_dir or None
+        self.allocation = Path(allocation) if allocation else None
 
     # -- start ------------------------------------------------------------------
 
     def start(self, spec: RunSpec) -> Run:
         placement = resource_arguments(spec.resources)  # our own checks first, a cluster or not
+        if self.allocation is not None:
+            return ray_steps.start(spec, self.allocation, self.name)
         ray = client(self.address)
         url = ray.get_address()
         mode = self.working_dir or ("shared" if is_local(url) else "upload")
@@ -174,6 +189,8 @@ class RayLauncher:
     def status(self, run: Run) -> State:
         """What the watcher knows (one list_jobs() for all jobs when it is due; none otherwise)."""
         current = run.reload()
+        if current.extra.get("allocation"):
+            return ray_steps.status(current)
         if current.state in FINISHED:
             return current.recorded_state()
         address = current.extra.get("address")
@@ -213,12 +230,16 @@ class RayLauncher:
             stop(run, "timeout")
 
     def wait(self, run: Run, seconds: float | None = None) -> State:
+        if run.extra.get("allocation"):
+            return ray_steps.wait(run, seconds)
         return wait_polling(self.status, run, seconds, LOCAL_POLL)
 
     def cancel(self, run: Run) -> State:
         """`stop_job` (SIGTERM to the job's processes, SIGKILL after the grace), then wait for Ray
         to report the end."""
         current = run.reload()
+        if current.extra.get("allocation"):
+            return ray_steps.cancel(current)
         state = self.status(current)
         if state.finished:
             return state
