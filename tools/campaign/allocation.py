@@ -56,12 +56,11 @@ def _engine(campaign: Campaign) -> ModuleType:
 
 def ray_request(campaign: Campaign) -> ray_allocation.Request:
     """What the campaign's holders on Ray hold: one run's placement each, `parallel` of them."""
-    from autoresearch_skills.campaign.experiment import cluster_resources
     from autoresearch_skills.launch import ray_allocation
     from autoresearch_skills.launch.ray import resource_arguments
 
     s = campaign.settings
-    resources = {k: v for k, v in cluster_resources(campaign).items() if k != "partition"}
+    resources = {k: v for k, v in s.cluster_resources().items() if k != "partition"}
     return ray_allocation.Request(
         name=s.name,
         address=s.ray_address,

@@ -462,19 +462,6 @@ def shadowed_knobs(campaign: Campaign, experiment: Experiment) -> list[str]:
     return knobs.shadowed_by_command(changed, command) + lines
 
 
-def cluster_resources(campaign: Campaign, own_gpus: int | None = None) -> dict[str, str]:
-    """What a cluster is asked for per run: partition, mem, cpus, and the GPUs it places the run on
-    (a blueprint's own `gpus` when it has one)."""
-    s = campaign.settings
-    pool = s.pool()
-    cpus = s.cpus or (s.cpus_per_run if pool.launcher in CLUSTER_LAUNCHERS else None)
-    resources = {k: str(v) for k, v in (("partition", s.partition), ("mem", s.mem), ("cpus", cpus)) if v}
-    gpus = pool.cluster_gpus(own_gpus)  # Slurm or Ray places the run on its GPUs
-    if gpus:
-        resources["gpus"] = str(gpus)
-    return resources
-
-
 def launcher_for(campaign: Campaign) -> Launcher:
     s = campaign.settings
     if s.launcher == "tmux":
@@ -695,7 +682,7 @@ def plan_launch(
         env=env,
         timeout=min(limits) if limits else DEFAULT_RUN_TIMEOUT,
         name=own.name or f"{s.name}-{experiment.key.replace('~', '-')}",
-        resources=cluster_resources(campaign, own.gpus),
+        resources=s.cluster_resources(own.gpus),
         cores=tuple(cores),
     )
 

@@ -553,6 +553,20 @@ class Settings:
             self.parallel, self.gpus, self.gpus_per_run, self.launcher, self.accelerator, self.cpus_per_run
         )
 
+    def cluster_resources(self, own_gpus: int | None = None) -> dict[str, str]:
+        """What a cluster is asked for per run: partition, mem, cpus (`cpus:`, else `cpus_per_run:`),
+        and the GPUs it places the run on (a blueprint's own `gpus` when it has one)."""
+        from autoresearch_skills.campaign.pool import CLUSTER_LAUNCHERS
+
+        pool = self.pool()
+        cpus = self.cpus or (self.cpus_per_run if pool.launcher in CLUSTER_LAUNCHERS else None)
+        pairs = (("partition", self.partition), ("mem", self.mem), ("cpus", cpus))
+        resources = {key: str(value) for key, value in pairs if value}
+        gpus = pool.cluster_gpus(own_gpus)  # Slurm or Ray places the run on its GPUs
+        if gpus:
+            resources["gpus"] = str(gpus)
+        return resources
+
 
 def _declared(typed: type, keys: list[Key]) -> dict[str, Key]:
     """The table of `keys`, each with its default read from `typed`'s field of the same name (the

@@ -67,12 +67,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import ipaddress
 import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -87,7 +85,7 @@ from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch import ray_steps
 from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, shell_exit_code, slug, wait_polling
 from autoresearch_skills.launch.local import prepare_run, record, save_new
-from autoresearch_skills.launch.ray_watch import client, first_line, watcher
+from autoresearch_skills.launch.ray_watch import client, first_line, is_local, watcher
 from autoresearch_skills.launch.runindex import remember
 
 LOCAL_POLL = 0.1  # seconds between looks at the run's files while waiting (the cluster: on the watcher's)
@@ -323,19 +321,6 @@ def shell_command(command: list[str] | str) -> str:
     if isinstance(command, str):
         return f"bash -c {shlex.quote(command)}"
     return shlex.join(str(part) for part in command)
-
-
-def is_local(url: str) -> bool:
-    """Whether the dashboard at `url` runs on this machine (loopback, or one of its names)."""
-    host = urlparse(url if "://" in url else f"http://{url}").hostname or ""
-    with contextlib.suppress(ValueError):
-        if ipaddress.ip_address(host).is_loopback:
-            return True
-    if host in ("localhost", socket.gethostname(), socket.getfqdn()):
-        return True
-    with contextlib.suppress(OSError):
-        return host in socket.gethostbyname_ex(socket.gethostname())[2]
-    return False
 
 
 def upload_root(cwd: Path) -> tuple[Path, str]:

@@ -33,7 +33,7 @@ from pathlib import Path
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.filelock import ReentrantFileLock
 from autoresearch_skills.launch.base import slug
-from autoresearch_skills.launch.ray_watch import Job, client, first_line, watcher
+from autoresearch_skills.launch.ray_watch import Job, client, first_line, is_local, watcher
 
 POLL = 0.1  # seconds between a free holder's looks for a launch script
 RECORD = "allocation.json"
@@ -175,8 +175,6 @@ def ensure(folder: Path, request: Request) -> tuple[Holders, str]:
     """The holders the next run starts in, as many as `parallel`: those alive are kept, ended ones
     replaced. Returns them with '' when nothing was submitted, else the line saying what was and how
     the ones before ended. One process at a time decides (a lock)."""
-    from autoresearch_skills.launch.ray import is_local
-
     url = "" if request.working_dir == "upload" else client(request.address).get_address()
     if request.working_dir == "upload" or (request.working_dir is None and not is_local(url)):
         raise BadInput(

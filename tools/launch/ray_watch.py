@@ -33,11 +33,14 @@ launcher calls its runs lost after LOST_AFTER seconds of that. One process, one 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 from autoresearch_skills.errors import BadInput
 
@@ -242,3 +245,16 @@ def first_line(text: str, limit: int = 300) -> str:
     line = lines[-1] if lines and lines[0].startswith("Request failed") and len(lines) > 1 else ""
     chosen = (lines[0] + (": " + line if line else "")) if lines else ""
     return chosen[:limit]
+
+
+def is_local(url: str) -> bool:
+    """Whether the dashboard at `url` runs on this machine (loopback, or one of its names)."""
+    host = urlparse(url if "://" in url else f"http://{url}").hostname or ""
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
+            return True
+    if host in ("localhost", socket.gethostname(), socket.getfqdn()):
+        return True
+    with contextlib.suppress(OSError):
+        return host in socket.gethostbyname_ex(socket.gethostname())[2]
+    return False
