@@ -443,6 +443,9 @@ def test_holders_run_the_runs_one_after_another_each_on_its_holders_gpu(ray_head
     by_holder = {s["HOLDER"]: s["CVD"] for s in seen}
     assert all(by_holder[s["HOLDER"]] == s["CVD"] for s in seen)  # a holder's runs share its GPU
     assert len(by_holder) == 2 and len(set(by_holder.values())) == 2  # each holder's GPU is its own
+    assert [load_run(str(tmp_path / f"r{i}.log")).extra["devices"] for i in range(4)] == [
+        s["CVD"] for s in seen
+    ]
     assert [s.value for s in metrics.extract(tmp_path / "r0.log", "karpathy")] == [1.5]
     assert not ray_jobs(ray_head, runs[0].run_id)  # a run is no Ray job of its own
     shown = subprocess.run([sys.executable, "-m", "autoresearch_skills.cli", "status", str(tmp_path / "r2.log"),

@@ -312,16 +312,29 @@ def _campaign_allocation() -> dict[str, str | None]:
 
 
 def _ray_cluster() -> dict | None:
-    """The Ray cluster runs would go to (RAY_ADDRESS, else one started here); None without Ray."""
+    """The Ray cluster runs would go to (the current campaign's `ray_address:`, RAY_ADDRESS, else one
+    started here); None without Ray."""
     if importlib.util.find_spec("ray") is None:
         return None
-    address = os.environ.get("RAY_ADDRESS") or None
+    address = _campaign_ray_address() or os.environ.get("RAY_ADDRESS") or None
     if address is None and not _local_ray_head():  # asking Ray would import it (~2 s) to say the same
         return {"reachable": False, "address": None,
                 "why": "RAY_ADDRESS is unset and no Ray head runs on this machine (`ray start --head`)"}  # fmt: skip
     from autoresearch_skills.launch.ray import cluster_info  # imports ray: only when it is installed
 
     return cluster_info(address)
+
+
+def _campaign_ray_address() -> str | None:
+    """`ray_address:` of the campaign found from here, when it runs on Ray."""
+    from autoresearch_skills.campaign.store import find
+    from autoresearch_skills.errors import BadInput
+
+    try:
+        settings = find(None, cwd=".").settings
+    except (BadInput, OSError, ValueError):
+        return None
+    return settings.ray_address if settings.launcher == "ray" else None
 
 
 def _local_ray_head() -> bool:

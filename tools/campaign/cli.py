@@ -138,7 +138,7 @@ def init_cmd(name: str, as_json: bool, **values: Any) -> None:
         "working_tree": tree.summary(),
         "isolation": _isolation(s.worktrees, tree, s.pool().parallel),
         "frozen": ", ".join(s.frozen_paths()) or "none (pass --frozen FILE for the evaluation code)",
-        "pool": s.pool().describe(),
+        "pool": s.pool().describe() + allocation_note(s),
         "next": "ars exp baseline",
     }
     if as_json:
@@ -147,6 +147,17 @@ def init_cmd(name: str, as_json: bool, **values: Any) -> None:
     for key, value in facts.items():
         for line in value if isinstance(value, list) else [value]:
             click.echo(f"{key}: {line}")
+
+
+def allocation_note(s: Any) -> str:
+    """How the pool's runs reach the cluster when the campaign holds an allocation of its own."""
+    if s.launcher == "ray" and s.ray_allocation == "campaign":
+        return (
+            "; in the campaign's holders: one Ray job per slot for the night, each running the runs in turn"
+        )
+    if s.launcher == "slurm" and s.slurm_allocation == "campaign":
+        return "; as job steps of the campaign's one Slurm allocation"
+    return ""
 
 
 def _isolation(worktrees: str, tree: TreeState, parallel: int = 1) -> str:

@@ -982,6 +982,15 @@ def _knobs_set(experiment: Experiment) -> str:
     return json.dumps(values, sort_keys=False, default=str)
 
 
+def _reported_devices(run: Run | None) -> str:
+    """The devices a cluster gave the run, as its launcher recorded them ('' when it did not)."""
+    if run is None:
+        return ""
+    with contextlib.suppress(OSError, ValueError):
+        return str(run.reload().extra.get("devices", ""))
+    return ""
+
+
 def _append_row(
     campaign: Campaign,
     experiment: Experiment,
@@ -1025,7 +1034,9 @@ def _append_row(
             prediction=experiment.prediction or "",
             retry_of="" if experiment.retry_of is None else str(experiment.retry_of),
             gpus=str(experiment.gpus or ""),
-            devices=",".join(str(d) for d in experiment.devices),
+            # the pool's, else those a cluster reported (a Ray holder's CUDA_VISIBLE_DEVICES)
+            devices=",".join(str(d) for d in experiment.devices)
+            or (run.extra.get("devices", "") if run else ""),
             fingerprint=experiment.fingerprint or "",
             sigma=noise_fields.get("sigma", ""),
             margin_sigma=noise_fields.get("margin_sigma", ""),

@@ -258,10 +258,12 @@ def _submit(holders: Holders, request: Request) -> str:
 def release(folder: Path) -> str:
     """Let the holders go: each ends once it runs nothing (at once when it does not); one Ray has not
     placed yet is stopped. '' when there were none."""
-    holders = load(folder)
-    if holders is None:
+    if not (folder / RECORD).exists():
         return ""
     with _lock(folder)():
+        holders = load(folder)
+        if holders is None:
+            return ""
         _settle(holders)
         holders.save()
     if not holders.live:
@@ -282,10 +284,12 @@ def release(folder: Path) -> str:
 
 def adopted(folder: Path) -> str:
     """'' without a live holder, else the line saying that the campaign takes its holders up again."""
-    holders = load(folder)
-    if holders is None:
+    if not (folder / RECORD).exists():
         return ""
     with _lock(folder)():
+        holders = load(folder)
+        if holders is None:
+            return ""
         _settle(holders)
         holders.save()
     if not holders.live:
@@ -297,10 +301,14 @@ def adopted(folder: Path) -> str:
 
 def describe(folder: Path) -> str:
     """One line for status and doctor: the holders, what Ray says of them, the runs waiting for one."""
-    holders = load(folder)
-    if holders is None:
+    if not (folder / RECORD).exists():
         return "none yet (holders are submitted at the first run)"
-    _settle(holders)
+    with _lock(folder)():
+        holders = load(folder)
+        if holders is None:
+            return "none yet (holders are submitted at the first run)"
+        if _settle(holders):
+            holders.save()  # the record says what Ray said
     queued = len(list(holders.requests().glob("*.sh")))
     ended = (
         f"; {len(holders.earlier)} ended before ({holders.earlier[-1]['ended']} the last)"

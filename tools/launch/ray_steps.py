@@ -12,7 +12,8 @@ requests folder; the first free holder claims it within a tenth of a second:
                       SIGKILL after the grace: found through /proc, so a process that left the
                       command's session goes too
 
-    <log>.pid    "HOST PID PGID START HOLDER" once the step runs
+    <log>.pid    "HOST PID PGID START HOLDER DEVICES" once the step runs (DEVICES: the holder's
+                 CUDA_VISIBLE_DEVICES, `-` when Ray set none)
     <log>.exit   "STATUS exited", "STATUS timeout" or "STATUS stopped": the command ended by itself,
                  at its limit, or because the step was told to stop (a cancel, or its holder stopped)
 
@@ -48,7 +49,7 @@ STEP = """\
 # Step script of run {name}, written by autoresearch-skills; a holder of the campaign on Ray runs it.
 exec > {log} 2>&1
 read -ra _ars_stat 2>/dev/null < /proc/$$/stat
-printf '%s %s %s %s %s\\n' "$(uname -n)" "$$" "${{_ars_stat[4]:-$$}}" "${{_ars_stat[21]:-}}" "${{ARS_HOLDER:-?}}" > {pid_file}
+printf '%s %s %s %s %s %s\\n' "$(uname -n)" "$$" "${{_ars_stat[4]:-$$}}" "${{_ars_stat[21]:-}}" "${{ARS_HOLDER:-?}}" "${{CUDA_VISIBLE_DEVICES:--}}" > {pid_file}
 _ars_exit() {{ printf '%s %s\\n' "$1" "$2" > {exit_tmp} && mv -f {exit_tmp} {exit_file}; exit "$1"; }}
 cd -- {cwd} || _ars_exit 126 exited
 export PYTHONUNBUFFERED=1
@@ -181,8 +182,16 @@ def status(run: Run) -> State:
     if current.state in FINISHED:
         return current.recorded_state()
     state = judge(current)
+    if _devices(current) and "devices" not in current.extra:
+        current.extra["devices"] = _devices(current)  # what Ray gave its holder: the ledger's `devices`
     if state.finished:
-        return record(current, state)
+        record(current, state)
+        ended = _mtime(current.extra["exit_file"])  # when it ended, not when somebody looked (a resume)
+        if ended:
+            current.ended_at = ended
+            with contextlib.suppress(OSError):
+                current.save()
+        return state
     if state.name == "running" and current.state != "running":
         current.state, current.started_at = "running", _pid_time(current) or current.started_at
         if current.timeout:
@@ -213,7 +222,8 @@ def judge(run: Run) -> State:
         if gone:
             return _allocation_ended(run, holder, gone, "while it ran")
         host = (_read(extra["pid_file"]) or "?").split()[0]
-        return State("running", None, f"in {holder} on {host}")
+        devices = f" (CUDA_VISIBLE_DEVICES={_devices(run)})" if _devices(run) else ""
+        return State("running", None, f"in {holder} on {host}{devices}")
     claimed = _claimed_by(run)
     if claimed:
         gone = _holder_ended(holders, claimed)
@@ -260,6 +270,12 @@ def holder_of(run: Run) -> str:
     return parts[4] if len(parts) >= 5 else ""
 
 
+def _devices(run: Run) -> str:
+    """The CUDA_VISIBLE_DEVICES its holder got from Ray, from its pid file ('' when none)."""
+    parts = (_read(run.extra["pid_file"]) or "").split()
+    return parts[5] if len(parts) >= 6 and parts[5] != "-" else ""
+
+
 def _claimed_by(run: Run) -> str:
     """The holder that claimed the launch script ('' while it waits in requests/)."""
     claimed = Path(run.extra["allocation"]) / "claimed"
@@ -277,8 +293,12 @@ def _read(path: str) -> str | None:
 
 def _pid_time(run: Run) -> str | None:
     """When the step started: its pid file's time."""
+    return _mtime(run.extra["pid_file"])
+
+
+def _mtime(path: str) -> str | None:
     with contextlib.suppress(OSError):
-        return format_iso(datetime.fromtimestamp(Path(run.extra["pid_file"]).stat().st_mtime).astimezone())
+        return format_iso(datetime.fromtimestamp(Path(path).stat().st_mtime).astimezone())
     return None
 
 
