@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.filelock import ReentrantFileLock
 from autoresearch_skills.launch.base import slug
+from autoresearch_skills.launch.holder_files import folder_lock
 from autoresearch_skills.launch.ray_watch import Job, client, first_line, is_local, watcher
 
 POLL = 0.1  # seconds between a free holder's looks for a launch script
@@ -130,14 +130,7 @@ class Holders:
         return watcher(self.address).look(holder)
 
 
-_LOCKS: dict[str, ReentrantFileLock] = {}
-
-
-def _lock(folder: Path) -> ReentrantFileLock:
-    key = str(folder.absolute())
-    if key not in _LOCKS:
-        _LOCKS[key] = ReentrantFileLock(folder.absolute() / ".lock")
-    return _LOCKS[key]
+_lock = folder_lock
 
 
 def load(folder: Path) -> Holders | None:
@@ -221,6 +214,17 @@ def _settle(holders: Holders) -> list[tuple[str, str]]:
     return ended
 
 
+def settled(folder: Path) -> Holders | None:
+    """The record, with the holders Ray says have ended moved to `earlier` (and saved); None without one."""
+    if not (folder / RECORD).exists():
+        return None  # no lock file in a folder that is not there yet
+    with _lock(folder)():
+        holders = load(folder)
+        if holders is not None and _settle(holders):
+            holders.save()
+        return holders
+
+
 def _submit(holders: Holders, request: Request) -> str:
     holder = f"ars-{slug(request.name, 40)}-holder-{os.urandom(3).hex()}"
     folder = holders.path
@@ -258,15 +262,8 @@ def _submit(holders: Holders, request: Request) -> str:
 def release(folder: Path) -> str:
     """Let the holders go: each ends once it runs nothing (at once when it does not); one Ray has not
     placed yet is stopped. '' when there were none."""
-    if not (folder / RECORD).exists():
-        return ""
-    with _lock(folder)():
-        holders = load(folder)
-        if holders is None:
-            return ""
-        _settle(holders)
-        holders.save()
-    if not holders.live:
+    holders = settled(folder)
+    if holders is None or not holders.live:
         return ""
     (folder / "release").touch()
     for holder in holders.live:  # placed or not, as Ray says now
@@ -284,15 +281,8 @@ def release(folder: Path) -> str:
 
 def adopted(folder: Path) -> str:
     """'' without a live holder, else the line saying that the campaign takes its holders up again."""
-    if not (folder / RECORD).exists():
-        return ""
-    with _lock(folder)():
-        holders = load(folder)
-        if holders is None:
-            return ""
-        _settle(holders)
-        holders.save()
-    if not holders.live:
+    holders = settled(folder)
+    if holders is None or not holders.live:
         return ""
     beat(folder)
     (folder / "release").unlink(missing_ok=True)  # a pause's release is withdrawn
@@ -301,14 +291,9 @@ def adopted(folder: Path) -> str:
 
 def describe(folder: Path) -> str:
     """One line for status and doctor: the holders, what Ray says of them, the runs waiting for one."""
-    if not (folder / RECORD).exists():
+    holders = settled(folder)
+    if holders is None:
         return "none yet (holders are submitted at the first run)"
-    with _lock(folder)():
-        holders = load(folder)
-        if holders is None:
-            return "none yet (holders are submitted at the first run)"
-        if _settle(holders):
-            holders.save()  # the record says what Ray said
     queued = len(list(holders.requests().glob("*.sh")))
     ended = (
         f"; {len(holders.earlier)} ended before ({holders.earlier[-1]['ended']} the last)"

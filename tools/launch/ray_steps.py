@@ -31,12 +31,12 @@ import math
 import os
 import shlex
 import time
-from datetime import datetime
 from pathlib import Path
 
-from autoresearch_skills.clock import format_iso
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.launch import holder_files
 from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, shell_exports, slug, wait_polling
+from autoresearch_skills.launch.holder_files import drop_request, mark_running
 from autoresearch_skills.launch.local import prepare_run, record
 from autoresearch_skills.launch.ray_allocation import Holders, ended_words, load
 from autoresearch_skills.launch.runindex import remember
@@ -147,10 +147,7 @@ def start(spec: RunSpec, folder: Path, launcher: str) -> Run:
     )
     run.save()
     remember(run)
-    request.parent.mkdir(parents=True, exist_ok=True)
-    tmp = request.with_name(f".{request.name}.tmp")
-    tmp.write_text(f"#!/bin/bash\nexec bash {shlex.quote(launch_script)}\n")
-    os.replace(tmp, request)  # a holder sees it whole or not at all
+    drop_request(request, launch_script)
     return run
 
 
@@ -186,18 +183,16 @@ def status(run: Run) -> State:
         current.extra["devices"] = _devices(current)  # what Ray gave its holder: the ledger's `devices`
     if state.finished:
         record(current, state)
-        ended = _mtime(current.extra["exit_file"])  # when it ended, not when somebody looked (a resume)
+        ended = holder_files.file_time(
+            current.extra["exit_file"]
+        )  # when it ended, not when somebody looked (a resume)
         if ended:
             current.ended_at = ended
             with contextlib.suppress(OSError):
                 current.save()
         return state
     if state.name == "running" and current.state != "running":
-        current.state, current.started_at = "running", _pid_time(current) or current.started_at
-        if current.timeout:
-            current.deadline = time.time() + current.timeout
-        with contextlib.suppress(OSError):
-            current.save()
+        mark_running(current, current.extra["pid_file"])
     return state
 
 
@@ -256,12 +251,7 @@ def _cancelled(run: Run) -> State:
 
 
 def exit_words(run: Run) -> tuple[int, str] | None:
-    text = _read(run.extra["exit_file"])
-    try:
-        code, how = text.split()[:2] if text else ("", "")
-        return int(code), how
-    except ValueError:
-        return None
+    return holder_files.exit_words(run.extra["exit_file"])
 
 
 def holder_of(run: Run) -> str:
@@ -284,22 +274,7 @@ def _claimed_by(run: Run) -> str:
     return ""
 
 
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return None
-
-
-def _pid_time(run: Run) -> str | None:
-    """When the step started: its pid file's time."""
-    return _mtime(run.extra["pid_file"])
-
-
-def _mtime(path: str) -> str | None:
-    with contextlib.suppress(OSError):
-        return format_iso(datetime.fromtimestamp(Path(path).stat().st_mtime).astimezone())
-    return None
+_read = holder_files.read
 
 
 # -- cancel -------------------------------------------------------------------------

@@ -37,8 +37,8 @@ from pathlib import Path
 
 from autoresearch_skills.clock import format_duration
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.filelock import ReentrantFileLock
 from autoresearch_skills.launch.base import slug
+from autoresearch_skills.launch.holder_files import folder_lock
 from autoresearch_skills.launch.slurm_watch import PENDING, Job, call, watcher
 
 MARGIN = 10 * 60.0  # seconds past the campaign's deadline the allocation may live (the last records)
@@ -171,15 +171,7 @@ class Allocation:
         return busy, idle, used / held if held else 0.0
 
 
-_LOCKS: dict[str, ReentrantFileLock] = {}
-
-
-def _lock(folder: Path) -> ReentrantFileLock:
-    """One lock object per folder in this process, so that taking it again within it is reentrant."""
-    key = str(folder.absolute())
-    if key not in _LOCKS:
-        _LOCKS[key] = ReentrantFileLock(folder.absolute() / ".lock")
-    return _LOCKS[key]
+_lock = folder_lock
 
 
 def load(folder: Path) -> Allocation | None:

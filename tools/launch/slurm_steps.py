@@ -25,14 +25,13 @@ import contextlib
 import math
 import os
 import shlex
-import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
-from autoresearch_skills.clock import format_iso
 from autoresearch_skills.errors import BadInput
+from autoresearch_skills.launch import holder_files
 from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, shell_exports, slug, wait_polling
+from autoresearch_skills.launch.holder_files import drop_request, mark_running
 from autoresearch_skills.launch.local import prepare_run, record
 from autoresearch_skills.launch.runindex import remember
 from autoresearch_skills.launch.slurm_allocation import PENDING, load, settle
@@ -98,10 +97,7 @@ def start(spec: RunSpec, folder: Path, name: str) -> Run:
     )
     run.save()
     remember(run)
-    request.parent.mkdir(parents=True, exist_ok=True)
-    tmp = request.with_name(f".{request.name}.tmp")
-    tmp.write_text(f"#!/bin/bash\nexec bash {shlex.quote(launch_script)}\n")
-    os.replace(tmp, request)  # the holder sees it whole or not at all
+    drop_request(request, launch_script)
     return run
 
 
@@ -160,11 +156,7 @@ def status(run: Run) -> State:
     if state.finished:
         return record(current, state)
     if state.name == "running" and current.state != "running":
-        current.state, current.started_at = "running", _pid_time(current) or current.started_at
-        if current.timeout:
-            current.deadline = time.time() + current.timeout
-        with contextlib.suppress(OSError):
-            current.save()
+        mark_running(current, current.extra["pid_file"])
     return state
 
 
@@ -229,12 +221,7 @@ def _cancelled(run: Run) -> State:
 
 
 def exit_words(run: Run) -> tuple[int, str] | None:
-    text = _read(run.extra.get("exit_file", run.log_path + ".exit"))
-    try:
-        code, how = text.split()[:2] if text else ("", "")
-        return int(code), how
-    except ValueError:
-        return None
+    return holder_files.exit_words(run.extra.get("exit_file", run.log_path + ".exit"))
 
 
 def step_of(run: Run) -> str:
@@ -243,18 +230,7 @@ def step_of(run: Run) -> str:
     return parts[4] if len(parts) >= 5 else ""
 
 
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return None
-
-
-def _pid_time(run: Run) -> str | None:
-    """When the step started: its pid file's time."""
-    with contextlib.suppress(OSError):
-        return format_iso(datetime.fromtimestamp(Path(run.extra["pid_file"]).stat().st_mtime).astimezone())
-    return None
+_read = holder_files.read
 
 
 # -- cancel -------------------------------------------------------------------------
