@@ -545,9 +545,9 @@ def test_a_parallel_campaign_runs_its_grid_in_holders_then_lets_them_go(ray_head
     assert len(holders) == 2 and not [
         j for j in ray_jobs(ray_head, "ars-rchold-") if j.submission_id not in holders
     ]
-    wait_until(
-        lambda: holder_statuses(ray_head, holders) == ["SUCCEEDED"] * 2, 30, "the holders to be let go"
-    )
+    # released once idle; one Ray had not started yet (a busy head) is stopped instead
+    wait_until(lambda: set(holder_statuses(ray_head, holders)) <= {"SUCCEEDED", "STOPPED"}, 60, "the end")
+    assert "SUCCEEDED" in holder_statuses(ray_head, holders)
 
 
 def test_holders_need_a_shared_file_system(tmp_path):
