@@ -47,12 +47,13 @@ Mechanism:
   entrypoint's process tree, SIGKILL after the grace) and say why in `<log>.stop`.
 
 Limits, measured on a local head (Ray 2.60, 2 CPUs, bench/bench_ray.py, a 2-core machine at load
-10-13): a run that does nothing costs 2.30 s from `start` to its recorded end one at a time, 2.26 s
-each four at once, where Ray alone (`submit_job`, then `get_job_status` every 50 ms) takes 1.76 s
-and 1.59 s for the same jobs: Ray starts a worker process for each job, at most as many at once as
-the head has CPUs. The launcher's own 0.5-0.7 s is mostly its follower's start beside Ray's (100 MB
-and 1.3 s of CPU: it imports Ray's client). `submit_job` takes about 40 ms (1 s for the first job
-of a fresh head), `ray job submit --no-wait` 4-5 s (a Python that imports Ray). Ray's log stream
+1-3): a run that does nothing costs 1.55-1.87 s from `start` to its recorded end one at a time,
+1.18-1.92 s each four at once, where Ray alone (`submit_job`, then `get_job_status` every 50 ms)
+takes 1.22-1.64 s and 0.81-1.27 s for the same jobs: Ray starts a worker process for each job, at
+most as many at once as the head has CPUs. The launcher's own 0.3-0.5 s is mostly its follower's
+start beside Ray's (100 MB and 1.3 s of CPU: it imports Ray's client). `submit_job` takes about
+20 ms (1 s for the first job of a fresh head), `ray job submit --no-wait` 1.6 s (a Python that
+imports Ray). A campaign's holders (ray_allocation.py) pay Ray's start once each: 0.1-0.3 s a run. Ray's log stream
 polls its file once a second, so a line reaches the run log 1-2 s after it is printed. Ray itself
 fails a job it could not place within RAY_JOB_START_TIMEOUT_SECONDS (15 min by default, a setting
 of the head): such a run is lost with Ray's message, so keep `parallel` within what the cluster
