@@ -562,6 +562,18 @@ def test_holders_need_a_shared_file_system(tmp_path):
     assert any("it needs ray_working_dir shared, not upload" in p for p in validate_file(path, repo))
 
 
+def test_doctor_and_init_speak_of_the_campaigns_own_cluster_and_holders(tmp_path):
+    pytest.importorskip("ray.job_submission", reason="Ray is not installed: pip install -e '.[ray]'")
+    repo = make_repo(tmp_path / "project", {"train.py": TRAIN})
+    init = ars(repo, "campaign", "init", "rcdoc", "--metric", "val_bpb", "--direction", "min", "--command",
+               "python train.py", "--launcher", "ray", "--ray-address", "http://127.0.0.1:1",
+               "--ray-allocation", "campaign", env={"RAY_ADDRESS": ""}).stdout  # fmt: skip
+    assert "pool: 1 slot(s): Ray places the runs; in the campaign's holders: one Ray job per slot" in init
+    doctor = ars(repo, "doctor", env={"RAY_ADDRESS": ""}, timeout=120, code=None).stdout
+    assert "ray: none (no Ray cluster answers at http://127.0.0.1:1" in doctor, doctor  # not RAY_ADDRESS's
+    assert "ray_allocation: none yet (holders are submitted at the first run)" in doctor
+
+
 # -- our own checks: no cluster needed ------------------------------------------------
 
 
