@@ -629,7 +629,7 @@ def _settings_table() -> dict[str, Key]:
         Key("policy", section("PolicySettings"), "where the unattended loop's hypotheses come from (the policy keys below); `ars campaign run` needs it", required=True, where="file"),
         Key("parallel", integer(1), "experiments in flight at once (default 1, or as many as fit in `gpus`)"),
         Key("gpus", gpus(), "the GPU pool: a count (4: devices 0-3) or device ids (0-7, 0,1,2,3, `4,` or [4] for device 4 alone); each run gets its own CUDA_VISIBLE_DEVICES"),
-        Key("gpus_per_run", integer(1), "GPUs each run gets from the pool, or asks Slurm or Ray for (a Ray holder holds as many; default 1)"),
+        Key("gpus_per_run", integer(1), "GPUs each run gets from the pool, or asks Slurm or Ray for, and each Ray holder holds (default 1)"),
         Key("partition", slurm_value(), "Slurm: the partition (sbatch --partition)"),
         Key("mem", slurm_value(), "Slurm: memory per run (sbatch --mem), e.g. 64G"),
         Key("cpus", slurm_value(), "Slurm: CPUs per run (sbatch --cpus-per-task); each run gets as many threads (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) unless the environment sets them"),
