@@ -122,9 +122,6 @@ class Holders:
     def requests(self) -> Path:
         return self.path / "requests"
 
-    def claimed(self) -> Path:
-        return self.path / "claimed"
-
     def look(self, holder: str) -> Job:
         """What Ray says of one holder (the process's one watcher: one query for every job)."""
         return watcher(self.address).look(holder)

@@ -268,8 +268,7 @@ def _devices(run: Run) -> str:
 
 def _claimed_by(run: Run) -> str:
     """The holder that claimed the launch script ('' while it waits in requests/)."""
-    claimed = Path(run.extra["allocation"]) / "claimed"
-    for path in claimed.glob(f"*--{run.extra['request']}"):
+    for path in (Path(run.extra["allocation"]) / "claimed").glob(f"*--{run.extra['request']}"):
         return path.name.split("--", 1)[0]
     return ""
 
