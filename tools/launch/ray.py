@@ -47,7 +47,7 @@ Mechanism:
   entrypoint's process tree, SIGKILL after the grace) and say why in `<log>.stop`.
 
 Limits, measured on a local head (Ray 2.60, 2 CPUs, bench/bench_ray.py, a 2-core machine at load
-1-3): a run that does nothing costs 1.55-1.87 s from `start` to its recorded end one at a time,
+1-3): a run that does nothing costs 1.55-1.93 s from `start` to its recorded end one at a time,
 1.18-1.92 s each four at once, where Ray alone (`submit_job`, then `get_job_status` every 50 ms)
 takes 1.22-1.64 s and 0.81-1.27 s for the same jobs: Ray starts a worker process for each job, at
 most as many at once as the head has CPUs. The launcher's own 0.3-0.5 s is mostly its follower's
