@@ -451,6 +451,7 @@ def test_holders_run_the_runs_one_after_another_each_on_its_holders_gpu(ray_head
     shown = subprocess.run([sys.executable, "-m", "autoresearch_skills.cli", "status", str(tmp_path / "r2.log"),
                             "--json"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert json.loads(shown.stdout)["state"] == "exited" and shown.returncode == 1  # ended, not 0
+    assert json.loads(shown.stdout)["detail"] == f"in {seen[2]['HOLDER']}"  # which holder ran it
 
     assert ray_allocation.release(folder) == "Ray allocation: 2 holder(s) released once their runs end"
     wait_until(lambda: holder_statuses(ray_head, held.live) == ["SUCCEEDED"] * 2, 30, "the holders to end")

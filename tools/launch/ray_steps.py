@@ -210,7 +210,7 @@ def judge(run: Run) -> State:
             # stopped with its holder (`ray job stop` of it): not the command's doing
             gone = _holder_ended(holders, holder_of(run)) or "stopped from outside"
             return _allocation_ended(run, holder_of(run), gone, "while it ran")
-        return State("exited", code, "")
+        return State("exited", code, f"in {holder_of(run)}" if holder_of(run) else "")
     holder = holder_of(run)
     if holder:
         gone = _holder_ended(holders, holder)
