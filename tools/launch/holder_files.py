@@ -5,22 +5,28 @@ judged by, and one lock per holder folder.
     drop_request(request, launch_script)   the holder sees the request whole or not at all
     exit_words(path)                       (STATUS, how) from `<log>.exit`; None until it is written
     mark_running(run, pid_file)            the run file says `running` from the step's start on
+    load_record / save_record / beat       the holders' record (allocation.json) and heartbeat
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import time
+from dataclasses import asdict, fields
 from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from autoresearch_skills.clock import format_iso
 from autoresearch_skills.filelock import ReentrantFileLock
 from autoresearch_skills.launch.base import Run
 
+RECORD = "allocation.json"
 _LOCKS: dict[str, ReentrantFileLock] = {}
+Record = TypeVar("Record")
 
 
 def folder_lock(folder: Path) -> ReentrantFileLock:
@@ -68,3 +74,27 @@ def mark_running(run: Run, pid_file: str) -> None:
         run.deadline = time.time() + run.timeout
     with contextlib.suppress(OSError):
         run.save()
+
+
+def load_record(folder: Path, kind: type[Record]) -> Record | None:
+    """The record in `folder` as a `kind` dataclass (keys it does not know are left out); None when
+    there is none or it does not parse."""
+    try:
+        data = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    known = {f.name for f in fields(kind)}  # type: ignore[arg-type]
+    return kind(**{k: v for k, v in data.items() if k in known})
+
+
+def save_record(folder: Path, record: Any) -> None:
+    """Write the record whole or not at all (a temp file renamed over it)."""
+    tmp = folder / f".{RECORD}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(asdict(record), indent=2) + "\n")
+    os.replace(tmp, folder / RECORD)
+
+
+def beat(folder: Path) -> None:
+    """The campaign is alive: its holders stay while they run nothing."""
+    with contextlib.suppress(OSError):
+        (folder / "heartbeat").touch()

@@ -23,20 +23,18 @@ never leaves GPUs held longer than the grace. A run still running keeps its hold
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch.base import slug
-from autoresearch_skills.launch.holder_files import folder_lock
+from autoresearch_skills.launch.holder_files import RECORD, beat, folder_lock, load_record, save_record
 from autoresearch_skills.launch.ray_watch import Job, client, first_line, is_local, watcher
 
 POLL = 0.1  # seconds between a free holder's looks for a launch script
-RECORD = "allocation.json"
 STOP_WAIT = 30  # RAY_JOB_STOP_WAIT_TIME_S of a holder: `ray job stop` of it, SIGTERM to SIGKILL
 
 HOLDER = """\
@@ -115,9 +113,7 @@ class Holders:
         return Path(self.folder)
 
     def save(self) -> None:
-        tmp = self.path / f".{RECORD}.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        os.replace(tmp, self.path / RECORD)
+        save_record(self.path, self)
 
     def requests(self) -> Path:
         return self.path / "requests"
@@ -131,18 +127,7 @@ _lock = folder_lock
 
 
 def load(folder: Path) -> Holders | None:
-    try:
-        data = json.loads((folder / RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    known = set(Holders.__dataclass_fields__)
-    return Holders(**{k: v for k, v in data.items() if k in known})
-
-
-def beat(folder: Path) -> None:
-    """The campaign is alive: its holders stay while they run nothing."""
-    with contextlib.suppress(OSError):
-        (folder / "heartbeat").touch()
+    return load_record(folder, Holders)
 
 
 def ended_words(job: Job) -> str:

@@ -24,10 +24,7 @@ Its time limit is the campaign's time left plus MARGIN, capped by the partition'
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import os
 import re
 import shlex
 import time
@@ -38,12 +35,11 @@ from pathlib import Path
 from autoresearch_skills.clock import format_duration
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.launch.base import slug
-from autoresearch_skills.launch.holder_files import folder_lock
+from autoresearch_skills.launch.holder_files import beat, folder_lock, load_record, save_record
 from autoresearch_skills.launch.slurm_watch import PENDING, Job, call, watcher
 
 MARGIN = 10 * 60.0  # seconds past the campaign's deadline the allocation may live (the last records)
 POLL = 0.25  # seconds between the holder's looks for launch scripts
-RECORD = "allocation.json"
 
 HOLDER = """\
 #!/bin/bash
@@ -145,9 +141,7 @@ class Allocation:
         return Path(self.folder)
 
     def save(self) -> None:
-        tmp = self.path / f".{RECORD}.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        os.replace(tmp, self.path / RECORD)
+        save_record(self.path, self)
 
     def requests(self) -> Path:
         return self.path / f"requests-{self.job_id}"
@@ -175,18 +169,7 @@ _lock = folder_lock
 
 
 def load(folder: Path) -> Allocation | None:
-    try:
-        data = json.loads((folder / RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    known = set(Allocation.__dataclass_fields__)
-    return Allocation(**{k: v for k, v in data.items() if k in known})
-
-
-def beat(folder: Path) -> None:
-    """The campaign is alive: the holder keeps the allocation while no step runs."""
-    with contextlib.suppress(OSError):
-        (folder / "heartbeat").touch()
+    return load_record(folder, Allocation)
 
 
 def ensure(folder: Path, request: Request) -> tuple[Allocation, str]:
