@@ -3,6 +3,9 @@ float), and a knob keeps the type and the notation its file already uses."""
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
 import runpy
 from pathlib import Path
 
@@ -10,7 +13,8 @@ import pytest
 import yaml
 
 from autoresearch_skills import knobs
-from autoresearch_skills.yamlfile import dump_yaml, read_yaml, scalar
+from autoresearch_skills.errors import BadInput
+from autoresearch_skills.yamlfile import dump_yaml, read_yaml, read_yaml_remembered, scalar
 
 
 @pytest.mark.parametrize(
@@ -179,3 +183,34 @@ def test_an_experiment_knob_the_command_sets_again_after_args_is_named():
     assert "`--n_embd=64`" in line
     assert knobs.overridden_args({"n_embd": 128}, "python train.py --n_embd=64 ${args}") == []
     assert knobs.overridden_args({"n_embd": 128}, "python train.py --n_embd=64") == []  # ours come last
+
+
+def test_a_remembered_parse_follows_every_edit_and_only_what_json_gives_back(tmp_path: Path):
+    """The hooks read campaign.yaml through a JSON copy of its parse: the copy answers only for the
+    very text it was parsed from (an edit that keeps the size and the modification time included),
+    and a parse JSON would change (a date, a number as a key) is never remembered."""
+    path, copy = tmp_path / "campaign.yaml", tmp_path / ".campaign.yaml.json"
+    path.write_text("lr: 1e-3\nname: a\n")
+    assert read_yaml_remembered(path, copy) == {"lr": 0.001, "name": "a"}
+    assert json.loads(copy.read_text())["data"] == {"lr": 0.001, "name": "a"}
+    stat = path.stat()
+    path.write_text("lr: 1e-3\nname: b\n")  # same size, and the same time stamp put back
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert read_yaml_remembered(path, copy) == {"lr": 0.001, "name": "b"}
+    copy.write_text("{broken")  # a copy cut short is parsed again, then replaced
+    assert read_yaml_remembered(path, copy)["name"] == "b" and json.loads(copy.read_text())["text"]
+
+    for text, value in (("at: 2026-11-27\n", {"at": datetime.date(2026, 11, 27)}), ("1: one\n", {1: "one"})):
+        copy.unlink(missing_ok=True)
+        path.write_text(text)
+        assert read_yaml_remembered(path, copy) == value and not copy.exists()
+
+
+def test_a_copy_that_cannot_be_written_costs_only_time(tmp_path: Path):
+    path, copy = tmp_path / "campaign.yaml", tmp_path / "copy"
+    path.write_text("metric: val_bpb\n")
+    copy.mkdir()  # os.replace onto a folder fails: the read still answers
+    assert read_yaml_remembered(path, copy) == {"metric": "val_bpb"}
+    assert copy.is_dir() and sorted(tmp_path.iterdir()) == sorted([path, copy])  # no temp file left
+    with pytest.raises(BadInput, match="does not exist; see the docs"):
+        read_yaml_remembered(tmp_path / "gone.yaml", copy, missing_hint="see the docs")

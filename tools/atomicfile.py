@@ -1,6 +1,7 @@
 """Writes that a crash or a full disk can never leave half-done.
 
     write_text_atomic(path, text)   temp file, fsync, rename: the old version or the new one
+                                    (durable=False: no fsync, for what a power cut may lose)
     append_text(path, text)         one write of whole lines; undone when the disk refuses it
 
 A write the machine refuses (disk full, quota exceeded, read-only file system) raises
@@ -18,8 +19,10 @@ from pathlib import Path
 from autoresearch_skills.errors import Refused, is_refusal
 
 
-def write_text_atomic(path: str | Path, text: str, backup: bool = False) -> None:
+def write_text_atomic(path: str | Path, text: str, backup: bool = False, durable: bool = True) -> None:
     """Replace `path` with `text`. With `backup`, the previous version stays as `<path>.bak`.
+    Without `durable`, nothing is flushed to the disk: for files a power cut may take back to
+    their old version (a hook's count, a copy of a parse), written where every millisecond counts.
 
     `path` exists at every instant: readers polling it never see it missing, and a crash
     leaves either the old or the new version in place. A refused write (disk full ...) raises
@@ -32,8 +35,9 @@ def write_text_atomic(path: str | Path, text: str, backup: bool = False) -> None
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
             handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         if backup and path.exists():
             # A hard link keeps the old version under the .bak name without ever unlinking `path`
             # (moving it aside first would leave a window in which `path` does not exist).
@@ -49,7 +53,8 @@ def write_text_atomic(path: str | Path, text: str, backup: bool = False) -> None
             kept = "its previous version is intact" if path.exists() else "it was not created"
             raise Refused(path, err, kept) from None
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def append_text(path: str | Path, text: str) -> None:

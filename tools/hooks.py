@@ -32,7 +32,8 @@ agent is sent back at most `--max-blocks` times per turn and never looped foreve
 Speed (bench/bench_hooks.py; goal: under 150 ms with an active campaign): with no campaign around,
 a hook reads its input, looks for the folders and exits; the campaign modules load only when there
 is one, and then only the campaign's facts and its rules (settings, state, ledger, stop and keep
-rules), not the engine: the launchers load only to restate an experiment in flight. Each file is
+rules), not the engine: the launchers load only to restate an experiment in flight, and PyYAML
+only when campaign.yaml changed since its parse was remembered (`.campaign.yaml.json`). Each file is
 read once per campaign (campaign.yaml, state.json, results.tsv), and its rows and verdict are
 handed to whatever asks again (the rerun owed, the next step). The stop hook starts no process;
 session-start starts one git process, for the branch it prints.
@@ -385,15 +386,11 @@ def _read_counter(folder: Path) -> dict:
 def _write_counter(folder: Path, record: dict) -> None:
     """Replaced whole (a reader sees the old count or the new one), without fsync: a count lost to
     a power cut only starts the count again, and the agent waits for this hook at every stop."""
+    from autoresearch_skills.atomicfile import write_text_atomic
     from autoresearch_skills.clock import now_iso
 
-    path = folder / COUNTER_FILE
-    temporary = path.with_name(f".{COUNTER_FILE}.tmp{os.getpid()}")
-    try:
-        temporary.write_text(json.dumps({**record, "updated_at": now_iso()}, indent=2) + "\n")
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)  # left only by a failed write
+    text = json.dumps({**record, "updated_at": now_iso()}, indent=2) + "\n"
+    write_text_atomic(folder / COUNTER_FILE, text, durable=False)
 
 
 def decide_stop(event: dict, max_blocks: int = DEFAULT_MAX_BLOCKS) -> StopDecision:

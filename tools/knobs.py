@@ -378,13 +378,13 @@ def _as_held(text: str, fmt: str, name: str, value: Any, filename: str) -> Any:
 
 def _number(value: Any) -> int | float | None:
     """A number, or text that YAML 1.2 reads as one (`"1e-3"`); None for anything else."""
-    from autoresearch_skills.yamlfile import FLOAT, INT, scalar
+    from autoresearch_skills.yamlfile import reads_as_number, scalar
 
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
         return value
-    if isinstance(value, str) and (INT.fullmatch(value.strip()) or FLOAT.fullmatch(value.strip())):
+    if isinstance(value, str) and reads_as_number(value.strip()):
         return scalar(value.strip())
     return None
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -31,7 +30,6 @@ from pathlib import Path
 from autoresearch_skills.atomicfile import append_text, write_text_atomic
 from autoresearch_skills.clock import now_iso
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.gitflow import ignore_folder
 
 DEFAULT_ROOT = "session"
 ROOT_ENV = "ARS_SESSION_ROOT"
@@ -235,6 +233,10 @@ def sessions_root(root: str | Path | None = None, repo: str | Path | None = None
 def create(
     root: Path, goal: str, repo: str = "", branch: str = "", skills: list[str] | None = None
 ) -> Session:
+    import shutil  # here, with gitflow: the hooks read records and never make one
+
+    from autoresearch_skills.gitflow import ignore_folder
+
     ignore_folder(root)  # session records are notes for agents, not part of the user's history
     stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
     folder = root / stamp

@@ -25,11 +25,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoresearch_skills.errors import BadInput
-from autoresearch_skills.launch.base import Run
 from autoresearch_skills.outcome import CrashCause, Status
+
+if TYPE_CHECKING:  # the launchers load when a run is read: the agent hooks read a state with none
+    from autoresearch_skills.launch.base import Run
 
 
 class Phase(str, Enum):
@@ -222,6 +224,8 @@ class Experiment:
         values["key"] = data.get("key") or data["slug"]
         values["phase"] = Phase(data.get("phase") or "opening")
         if isinstance(values.get("run"), dict):
+            from autoresearch_skills.launch.base import Run
+
             values["run"] = Run.from_json(values["run"])
         for name, kind in (("result", Result), ("overrides", Overrides)):
             if isinstance(values.get(name), dict):

@@ -2,6 +2,7 @@
 
     reports/auto_research/<campaign>/
         campaign.yaml   what was decided at `ars campaign init` (metric, stop rules, deadline ...)
+        .campaign.yaml.json  its text and parse, read instead while the text is the same (the hooks)
         results.tsv     the ledger: one row per finished attempt
         state.json      what is in flight: every open, queued or running experiment (atomic replace)
         runs/<launch>-<slug>/run.log
@@ -34,6 +35,7 @@ from autoresearch_skills.clock import format_iso, now, parse_iso
 from autoresearch_skills.errors import BadInput
 from autoresearch_skills.stoprule import Verdict, evaluate
 
+PARSED_SETTINGS = ".campaign.yaml.json"  # campaign.yaml's text and parse: read_yaml_remembered
 PAUSE_FILE = "paused"  # JSON {reason, at}: written by `ars campaign pause`, removed by `ars campaign resume`
 
 
@@ -145,10 +147,11 @@ def _campaigns_root(repo: Path) -> Path:
 
 
 def load(folder: Path) -> Campaign:
-    from autoresearch_skills.yamlfile import read_yaml
+    from autoresearch_skills.yamlfile import read_yaml_remembered
 
     config = folder / "campaign.yaml"
-    data = read_yaml(config, missing_hint="not a campaign folder; see `ars campaign init --help`")
+    hint = "not a campaign folder; see `ars campaign init --help`"
+    data = read_yaml_remembered(config, folder / PARSED_SETTINGS, missing_hint=hint)
     if not isinstance(data, dict):
         raise BadInput(f"{config} is not a campaign settings file (expected a mapping)")
     check_keys(data, str(config))  # a hand edit with a typo must not be silently ignored

@@ -14,7 +14,6 @@ client is imported only when a Ray run is started or judged.
 from __future__ import annotations
 
 import importlib
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,6 +84,8 @@ def load_run(ref: str, socket: str | None = None) -> Run:
 
 
 def _from_tmux(session: str, socket: str | None) -> Path | None:
+    import shutil  # here: shutil brings bz2, lzma and zlib, which the agent hooks never need
+
     if not shutil.which("tmux") or "/" in session:
         return None
     from autoresearch_skills.launch.tmuxcmd import Tmux
