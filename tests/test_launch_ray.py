@@ -2,9 +2,10 @@
 
 One head serves the whole test run, whatever the number of pytest-xdist workers: the first
 worker that needs it starts it (`ray start --head`, loopback only, a private --temp-dir, in a
-process group of its own), the last one to finish kills that group (what `ray stop --force` does,
-but to this head alone: `ray stop` would stop every Ray head on the machine, another test run's or
-a benchmark's). Where Ray is not installed or the head cannot start, the tests that need it skip
+process group of its own), and the last test that uses it, whichever worker runs it, kills that
+group (what `ray stop --force` does, but to this head alone: `ray stop` would stop every Ray head
+on the machine, another test run's or a benchmark's). An idle head still costs CPU (its daemons
+report to each other), which the rest of the run would pay for minutes. Where Ray is not installed or the head cannot start, the tests that need it skip
 with the reason; tests of our own checks run everywhere.
 Only the placement test asks for GPUs, so another test running beside it cannot take them.
 """
@@ -101,28 +102,60 @@ def _stop_head(head: dict) -> None:
     shutil.rmtree(head["temp"], ignore_errors=True)
 
 
+def _shared_folder(tmp_path_factory) -> Path:
+    """This test run's folder: xdist workers each have a subfolder of it; without xdist it is ours."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory) -> str:
     """The dashboard address of the one head of this test run (shared by the xdist workers)."""
-    # This test run's folder: xdist workers each have a subfolder of it; without xdist it is ours.
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    state_file, users = shared / "ray-head.json", shared / "ray-head.users"
+    shared = _shared_folder(tmp_path_factory)
     with _locked(shared / "ray-head.lock"):
+        state_file = shared / "ray-head.json"
         if not state_file.exists():
             state_file.write_text(json.dumps(_start_head(shared)))
         head = json.loads(state_file.read_text())
         if "address" in head:
-            with open(users, "a") as listed:
+            with open(shared / "ray-head.users", "a") as listed:
                 listed.write(f"{os.getpid()}\n")
     if "skip" in head:
         pytest.skip(head["skip"])
     yield head["address"]
-    with _locked(shared / "ray-head.lock"):
+    with _locked(shared / "ray-head.lock"):  # the last worker out, when a test left uncounted (skipped, -x)
+        users = shared / "ray-head.users"
         left = [line for line in users.read_text().split() if line != str(os.getpid())]
         users.write_text("".join(f"{pid}\n" for pid in left))
-        if not left:  # the last worker out stops the head
-            _stop_head(head)
+        if not left:
+            _stop_once(shared)
+
+
+def _stop_once(shared: Path) -> None:
+    """Stop the head unless it was already: its process group id may be another's by now."""
+    state_file = shared / "ray-head.json"
+    head = json.loads(state_file.read_text())
+    if "address" in head and not head.get("stopped"):
+        _stop_head(head)
+        state_file.write_text(json.dumps({**head, "stopped": True}))
+
+
+@pytest.fixture(autouse=True)
+def _last_user_stops_the_head(request, tmp_path_factory):
+    """After each test that used the head: when it was the last of this run's (every xdist worker
+    collects the same tests, so each knows how many there are), stop the head."""
+    yield
+    if "ray_head" not in request.fixturenames:
+        return
+    users = sum("ray_head" in item.fixturenames for item in request.session.items)
+    shared = _shared_folder(tmp_path_factory)
+    with _locked(shared / "ray-head.lock"):
+        with open(shared / "ray-head.done", "a+") as done:
+            done.write(f"{request.node.nodeid}\n")
+            done.seek(0)
+            finished = len(done.read().splitlines())
+        if finished >= users:
+            _stop_once(shared)
 
 
 @pytest.fixture
