@@ -199,6 +199,9 @@ def test_a_remembered_parse_follows_every_edit_and_only_what_json_gives_back(tmp
     assert read_yaml_remembered(path, copy) == {"lr": 0.001, "name": "b"}
     copy.write_text("{broken")  # a copy cut short is parsed again, then replaced
     assert read_yaml_remembered(path, copy)["name"] == "b" and json.loads(copy.read_text())["text"]
+    kept = json.loads(copy.read_text())  # one an older version wrote: its reading rules may differ
+    copy.write_text(json.dumps({**kept, "reader": "0.0.1", "data": {"lr": "1e-3", "name": "b"}}))
+    assert read_yaml_remembered(path, copy) == {"lr": 0.001, "name": "b"}
 
     for text, value in (("at: 2026-11-27\n", {"at": datetime.date(2026, 11, 27)}), ("1: one\n", {1: "one"})):
         copy.unlink(missing_ok=True)

@@ -41,20 +41,23 @@ def read_yaml_remembered(path: str | Path, copy: Path, missing_hint: str = ""):
     text and its parse as JSON, which the hook has loaded anyway. Keyed by the whole text, not by a
     modification time, so an edit within one tick of the file system's clock is never missed. A
     parse JSON would not give back the same (a date, a number as a key) is not remembered; a copy
-    that cannot be written (a read-only folder, a full disk) only costs the next read its time."""
+    that cannot be written (a read-only folder, a full disk) only costs the next read its time. A
+    copy another version of this package wrote is not trusted: its reading rules may differ."""
     import json
+
+    from autoresearch_skills import __version__
 
     path = Path(path)
     text = _text(path, missing_hint)
     try:
         kept = json.loads(copy.read_text(encoding="utf-8"))
-        if kept["text"] == text:
+        if kept["text"] == text and kept["reader"] == __version__:
             return kept["data"]
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no copy yet, or one no longer readable: parse again
     data = _parsed(text, path)
     try:
-        remembered = json.dumps({"text": text, "data": data})
+        remembered = json.dumps({"reader": __version__, "text": text, "data": data})
     except (TypeError, ValueError):
         return data
     if json.loads(remembered)["data"] == data:
