@@ -982,15 +982,6 @@ def _knobs_set(experiment: Experiment) -> str:
     return json.dumps(values, sort_keys=False, default=str)
 
 
-def _reported_devices(run: Run | None) -> str:
-    """The devices a cluster gave the run, as its launcher recorded them ('' when it did not)."""
-    if run is None:
-        return ""
-    with contextlib.suppress(OSError, ValueError):
-        return str(run.reload().extra.get("devices", ""))
-    return ""
-
-
 def _append_row(
     campaign: Campaign,
     experiment: Experiment,

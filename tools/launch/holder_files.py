@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
 import time
 from dataclasses import asdict, fields
@@ -20,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from autoresearch_skills.atomicfile import write_text_atomic
 from autoresearch_skills.clock import format_iso
 from autoresearch_skills.filelock import ReentrantFileLock
 from autoresearch_skills.launch.base import Run
@@ -39,9 +39,8 @@ def folder_lock(folder: Path) -> ReentrantFileLock:
 
 def drop_request(request: Path, launch_script: str) -> None:
     request.parent.mkdir(parents=True, exist_ok=True)
-    tmp = request.with_name(f".{request.name}.tmp")
-    tmp.write_text(f"#!/bin/bash\nexec bash {shlex.quote(launch_script)}\n")
-    os.replace(tmp, request)  # the holder sees it whole or not at all
+    # whole or not at all: the holder claims `*.sh`, never the dotted temp file beside it
+    write_text_atomic(request, f"#!/bin/bash\nexec bash {shlex.quote(launch_script)}\n", durable=False)
 
 
 def read(path: str) -> str | None:
@@ -89,9 +88,7 @@ def load_record(folder: Path, kind: type[Record]) -> Record | None:
 
 def save_record(folder: Path, record: Any) -> None:
     """Write the record whole or not at all (a temp file renamed over it)."""
-    tmp = folder / f".{RECORD}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(asdict(record), indent=2) + "\n")
-    os.replace(tmp, folder / RECORD)
+    write_text_atomic(folder / RECORD, json.dumps(asdict(record), indent=2) + "\n", durable=False)
 
 
 def beat(folder: Path) -> None:
