@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import itertools
 import os
-import shutil
 import signal
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,35 +36,50 @@ SLOWEST_KEPT = 40  # the cache keeps this many; past them, tests are shorter tha
 
 
 def pytest_configure(config):
-    """Compiled bytecode for every process of the run, in a folder kept between runs.
+    """Bytecode where Python looks for it, written once by the controller before the workers start.
 
-    The suite starts `ars` and training scripts as real processes, hundreds of them. Where
-    PYTHONDONTWRITEBYTECODE is set (CI images, sandboxes), each one would compile every module it
-    imports from source again, as no installed package does: ~0.2 s a process on a 2-core machine;
-    and each xdist worker would rewrite the asserts of every test module: 10 s of CPU a worker,
-    against 2 s with the rewritten modules kept. There, the bytecode goes to pytest's cache folder
-    (.pytest_cache/d/pycache, ignored by git; nothing appears in the test repositories), kept
-    between runs as __pycache__ is, shared by the xdist workers, which inherit the environment set
-    here before they start. Bytecode of modules in temporary folders (a test repository's
-    prepare.py) is dropped at the start of each run, so the folder does not grow. Without pytest's
-    cache (-p no:cacheprovider), a folder new for each run.
+    The suite starts `ars` and training scripts as real processes, thousands of them, and every
+    xdist worker imports every test module. Where PYTHONDONTWRITEBYTECODE is set (CI images,
+    sandboxes), Python writes no bytecode: installed packages keep what pip compiled at install,
+    but this checkout's modules (installed as a link) would be compiled from source by every
+    process that imports them, and every worker would rewrite the asserts of every test module
+    again: ~4 s of CPU a worker. So they are compiled here, once, next to their sources as Python
+    itself would (__pycache__, ignored by git). The variable stays set: no process of the run writes
+    bytecode anywhere else, so nothing appears in the test repositories, and a fresh clone compiles
+    only its own modules, not the libraries it imports (which a cache folder of our own would).
     """
     if hasattr(config, "workerinput") or not os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        return  # a worker inherits the controller's choice; elsewhere Python writes __pycache__ as usual
-    cache = getattr(config, "cache", None)
-    if cache is not None:
-        folder = str(cache.mkdir("pycache"))
-        temporary = Path(folder, *Path(tempfile.gettempdir()).parts[1:])
-        ours = Path(folder, *config.rootpath.parts[1:])  # this checkout may itself be in /tmp
-        for kept in temporary.iterdir() if temporary.is_dir() else ():
-            if kept not in ours.parents and kept != ours:
-                shutil.rmtree(kept, ignore_errors=True)
-    else:
-        folder = tempfile.mkdtemp(prefix="ars-tests-pycache-")
-        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-    os.environ["PYTHONPYCACHEPREFIX"] = folder
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
-    sys.pycache_prefix, sys.dont_write_bytecode = folder, False  # this process too (without xdist)
+        return  # a worker finds what the controller wrote; elsewhere Python writes __pycache__ as usual
+    import compileall
+
+    tests = Path(__file__).parent
+    with contextlib.suppress(OSError):  # a read-only checkout only costs time
+        compileall.compile_dir(tests.parent / "tools", quiet=2)
+        compileall.compile_dir(tests, maxlevels=0, quiet=2)  # not tests/data: tests copy it into repositories
+    _write_rewritten_test_modules(config, tests)
+
+
+def _write_rewritten_test_modules(config, tests: Path) -> None:
+    """pytest's rewritten test modules, where its import hook reads them (checked by source hash).
+
+    pytest has no public call for this; with a pytest whose internals differ, each worker rewrites
+    the modules itself, as it would anyway.
+    """
+    try:
+        from _pytest.assertion import rewrite
+
+        state = config.stash[rewrite.assertstate_key]  # absent with --assert=plain
+        patterns = config.getini("python_files")
+        for source in sorted(tests.glob("*.py")):
+            if source.name != "conftest.py" and not any(fnmatch.fnmatch(source.name, p) for p in patterns):
+                continue
+            pyc = rewrite.get_cache_dir(source) / (source.name[:-3] + rewrite.PYC_TAIL)
+            if rewrite._read_pyc(source, pyc) is None:
+                pyc.parent.mkdir(exist_ok=True)
+                source_hash, code = rewrite._rewrite_test(source, config)
+                rewrite._write_pyc(state, code, source_hash, pyc)
+    except Exception:  # noqa: BLE001 - only a speed-up
+        return
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
