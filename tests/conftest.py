@@ -12,24 +12,24 @@ from pathlib import Path
 import pytest
 
 # Tests whose time is mostly a real clock: Slurm's time limits and its minute-granular accounting,
-# a whole demo campaign, Ray's job supervisor, runs that must go silent or hang for a while. Each
-# xdist worker starts its share of them first (see pytest_collection_modifyitems); started last,
-# one of them alone would hold the end of the run for a minute or more. The durations of the
-# previous run, where pytest's cache has them, add the slowest tests of this machine to the list.
-LONG_TESTS = (
-    "tests/test_demo.py::",
-    "tests/test_launch_slurm.py::test_job_over_its_time_limit",
-    "tests/test_slurm_watch.py::",
-    "tests/test_slurm_allocation.py::",
-    "tests/test_launch_ray.py::test_a_job_queued_behind_another",
-    "tests/test_launch_ray.py::test_a_parallel_campaign_runs_its_grid",
-    "tests/test_launch_ray.py::test_a_job_exits_with_its_code",
-    "tests/test_launch_ray.py::test_cancel_stops_the_job",
-    "tests/test_reworded.py::test_a_campaigns_statuses",
-    "tests/test_objectives.py::test_a_two_objective_campaign",
-    "tests/test_tmux_lost.py::test_status_and_doctor_show_a_run_lost",
-)
-LONG_GUESS = 30.0  # seconds expected of a test in LONG_TESTS that the cache does not know
+# a whole demo campaign, Ray's job supervisor, runs that must go silent or hang for a while, with
+# the seconds a test takes on a 2-core machine. Each xdist worker starts its share of them first
+# (see pytest_collection_modifyitems); started last, one of them alone would hold the end of the
+# run for a minute or more. The durations of the previous run, where pytest's cache has them,
+# replace these guesses and add the slowest tests of this machine to the list. Only one Ray test
+# is among the first: the first to need the Ray head waits for it to start (10-20 s), and four
+# workers waiting at once left the cores idle.
+LONG_TESTS = {
+    "tests/test_demo.py::": 80.0,
+    "tests/test_launch_slurm.py::test_job_over_its_time_limit": 80.0,
+    "tests/test_slurm_watch.py::": 60.0,
+    "tests/test_launch_ray.py::test_a_job_queued_behind_another": 35.0,
+    "tests/test_reworded.py::test_a_campaigns_statuses": 30.0,
+    "tests/test_objectives.py::test_a_two_objective_campaign": 25.0,
+    "tests/test_launch_ray.py::test_a_parallel_campaign_runs_its_grid": 25.0,
+    "tests/test_slurm_allocation.py::": 15.0,
+    "tests/test_tmux_lost.py::test_status_and_doctor_show_a_run_lost": 15.0,
+}
 LONG_SECONDS = 10.0  # a test this long or longer is placed; shorter ones fill the gaps anywhere
 SLOWEST_KEY = "ars/slowest"  # pytest's cache: {nodeid: seconds} of the previous run's slowest tests
 SLOWEST_KEPT = 40  # the cache keeps this many; past them, tests are shorter than LONG_SECONDS
@@ -172,7 +172,10 @@ def pytest_collection_modifyitems(config, items):
     known = _slowest_before(config)
 
     def expected(item) -> float:
-        return known.get(item.nodeid, LONG_GUESS if item.nodeid.startswith(LONG_TESTS) else 0.0)
+        guess = next(
+            (seconds for prefix, seconds in LONG_TESTS.items() if item.nodeid.startswith(prefix)), 0.0
+        )
+        return known.get(item.nodeid, guess)
 
     long = sorted((item for item in items if expected(item) >= LONG_SECONDS), key=expected, reverse=True)
     if not long:

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.mark.timeout(400)
 def test_demo_runs_a_whole_campaign(tmp_path: Path):
-    # one thread: each run trains for its 2 s either way, and the other tests keep the second core
-    env = {**os.environ, "ARS_DEMO_DIR": str(tmp_path), "TIME_BUDGET": "2", "OMP_NUM_THREADS": "1"}
+    # one thread: each run trains for its 1 s either way, and the other tests keep the second core
+    env = {**os.environ, "ARS_DEMO_DIR": str(tmp_path), "TIME_BUDGET": "1", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "autoresearch_skills.demo"], env=env, capture_output=True, text=True
     )

@@ -15,6 +15,7 @@ checkpoints, and new files over the size limit. A new source file is committed.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -59,12 +60,13 @@ def git(cwd: str | Path, *args: str, check: bool = True, env: dict | None = None
 
 def identity_env(cwd: str | Path) -> dict[str, str]:
     """Use the user's identity when configured; otherwise a neutral one for our commits only."""
-    name = git(cwd, "config", "user.name", check=False)
-    email = git(cwd, "config", "user.email", check=False)
+    # One call for both keys (a commit is made often); the last value of a key is the one git uses.
+    listed = git(cwd, "config", "--get-regexp", r"^user\.(name|email)$", check=False)
+    found = dict((line.split(" ", 1) + [""])[:2] for line in listed.splitlines())
     env = {}
-    if not name and "GIT_AUTHOR_NAME" not in os.environ:
+    if not found.get("user.name") and "GIT_AUTHOR_NAME" not in os.environ:
         env.update({k: v for k, v in FALLBACK_IDENTITY.items() if "NAME" in k})
-    if not email and "GIT_AUTHOR_EMAIL" not in os.environ:
+    if not found.get("user.email") and "GIT_AUTHOR_EMAIL" not in os.environ:
         env.update({k: v for k, v in FALLBACK_IDENTITY.items() if "EMAIL" in k})
     return env
 
@@ -453,10 +455,35 @@ def empty_commit(cwd: str | Path, parent: str, message: str) -> str:
     return git(cwd, "commit-tree", tree, "-p", parent, "-m", message, env=identity_env(cwd))
 
 
-def create_branch(cwd: str | Path, branch: str, start: str) -> None:
-    if branch_exists(cwd, branch):
-        raise GitError(f"branch {branch} already exists; pick another slug (every branch is kept)")
-    git(cwd, "branch", "--no-track", branch, start)
+def create_branch(cwd: str | Path, branch: str, start: str, exist_ok: bool = False) -> None:
+    """Make `branch` at `start`; one that exists already is an error unless `exist_ok`."""
+    try:
+        git(cwd, "branch", "--no-track", branch, start)  # refuses a branch that exists: asked only then
+    except GitError:
+        if not branch_exists(cwd, branch):
+            raise
+        if not exist_ok:
+            raise GitError(
+                f"branch {branch} already exists; pick another slug (every branch is kept)"
+            ) from None
+
+
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+@functools.lru_cache(maxsize=256)
+def _shown(cwd: str, commit: str, path: str) -> str | None:
+    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=cwd, capture_output=True, text=True)
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def committed_text(cwd: str | Path, commit: str, path: str) -> str | None:
+    """A file as `commit` has it; None when the commit lacks it. A commit named by its full hash
+    never changes, so what it holds is asked of git once per process (a proposal reads its parent's
+    files several times)."""
+    if _FULL_SHA.fullmatch(commit):
+        return _shown(str(cwd), commit, path)
+    return _shown.__wrapped__(str(cwd), commit, path)
 
 
 def switch(cwd: str | Path, branch: str) -> None:

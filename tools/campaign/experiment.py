@@ -117,8 +117,7 @@ def _open(campaign: Campaign, state: CampaignState, experiment: Experiment) -> E
 
 
 def _finish_opening(campaign: Campaign, state: CampaignState, experiment: Experiment) -> Experiment:
-    if not gitflow.branch_exists(campaign.repo, experiment.branch):
-        gitflow.create_branch(campaign.repo, experiment.branch, experiment.branch_start)
+    gitflow.create_branch(campaign.repo, experiment.branch, experiment.branch_start, exist_ok=True)
     workdir = workdirs.check_out(campaign, state, experiment)
     experiment.workdir = str(workdir)
     experiment.snapshot = gitflow.untracked_snapshot(workdir)
@@ -698,11 +697,10 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
     the run started (or adopted), then the record says `running`."""
     verdict = campaign.verdict(state=state, exclude=experiment.key)
     fresh = not experiment.log_path  # else a launch interrupted before state.json said `running`
+    head = gitflow.head_commit(experiment.worktree)  # what runs: nothing commits until it is recorded
     if fresh:
         state.launches += 1
-        experiment.seed = seeding.seed_for(
-            campaign, state, experiment, gitflow.head_commit(experiment.worktree)
-        )
+        experiment.seed = seeding.seed_for(campaign, state, experiment, head)
     spec = plan_launch(
         campaign, experiment, grant, launch=state.launches, remaining=verdict.remaining_seconds
     )
@@ -730,11 +728,7 @@ def _start_run(campaign: Campaign, state: CampaignState, experiment: Experiment,
             run.save()
             note_event(asked, campaign.repo)
     experiment.fingerprint = experiment.fingerprint or judging.fingerprint_of(campaign, experiment)
-    experiment.phase, experiment.commit, experiment.run = (
-        Phase.RUNNING,
-        gitflow.head_commit(experiment.worktree),
-        run,
-    )
+    experiment.phase, experiment.commit, experiment.run = Phase.RUNNING, head, run
     experiment.started_at, experiment.timeout = run.started_at, spec.timeout
     experiment.deadline_bound = bool(verdict.remaining_seconds and spec.timeout == verdict.remaining_seconds)
     experiment.gpus = len(experiment.devices) or int(spec.resources.get("gpus", 0)) or None

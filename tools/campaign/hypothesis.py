@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoresearch_skills import knobs
+from autoresearch_skills import gitflow, knobs
 from autoresearch_skills.campaign.policy_settings import PolicySettings
 
 
@@ -197,8 +197,7 @@ def validate(
 
 def committed_text(repo: Path, commit: str, path: str) -> str | None:
     """A file as `commit` has it; None when the commit lacks it."""
-    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=repo, capture_output=True, text=True)
-    return shown.stdout if shown.returncode == 0 else None
+    return gitflow.committed_text(repo, commit, path)
 
 
 class Policy:

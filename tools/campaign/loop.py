@@ -562,7 +562,9 @@ class Loop:
         rows = noise.deciding(self.campaign.rows())  # runs at a larger scale are no history to learn from
         start = experiment.resolve_parent(self.campaign, self.parent, rows)
         program = repo / self.policy.program
-        mutable = {path: gitflow.git(repo, "show", f"{start}:{path}", check=False) for path in self.mutable}
+        mutable = {
+            path: (gitflow.committed_text(repo, start, path) or "").rstrip("\n") for path in self.mutable
+        }
         in_flight = [
             {"key": e.key, "slug": e.slug, "description": e.description, "branch": e.branch,
              "phase": e.phase.value, "proposal": e.proposal}
