@@ -745,3 +745,41 @@ def test_reruns_in_flight_show_among_the_running_but_are_never_attempts():
     rules = stoprule.StopRules(max_experiments=8)
     line = stoprule.evaluate(rules, [], in_flight=1, repeats_running=1).line
     assert line == "stop condition not yet met: 1/8 attempted (2 running)"
+
+
+# Clauses of every kind, read and unread, and the filler words a person puts around them.
+CLAUSE_CORES = [
+    "forever", "no time limits", "until I tell you to stop", "overnight until 8am", "till 8:30pm",
+    "by 08:00", "at 7", "40 GPU-hours", "patience of 8", "8 runs without improvement",
+    "failure rate above 50%", "more than 40% failures", "1h each", "5m per run", "timeout of 3m",
+    "each run 10m", "6h total", "1 h 30 m", "10 experiments", "7 iterations", "by 2026-12-01T08:00",
+    "val_bpb<=0.9", "loss>=1e-3", "score is above 3", "loss at most 0.1", "banana", "3 bananas", "10", "h",
+]  # fmt: skip
+CLAUSE_FILLERS = ["stop", "after", "run", "runs", "for", "at most", "at  most", "up to", "max", "a", "an",
+                  "the", "budget", "total", "wall clock", "wall-clock", "until", "keep going", "go",
+                  "no more than", "than", "TOTAL"]  # fmt: skip
+
+
+def test_a_clause_is_read_as_one_regex_per_kind_with_its_fillers_would_read_it():
+    """The filler words are matched apart from the clauses' patterns (compiling them into each
+    pattern cost every command ~25 ms); what is read, and every group's text and place, stays what
+    `(?:FILLER\\s+)*PATTERN(?:\\s+FILLER)*` finds."""
+    whole = [
+        (kind, re.compile(rf"(?:{stoprule._FILLER}\s+)*{pattern}(?:\s+{stoprule._FILLER})*", re.IGNORECASE))
+        for kind, pattern in stoprule._CLAUSES
+    ]
+
+    def seen(read):
+        if read is None:
+            return None
+        kind, match = read
+        return kind, {name: (text, match.span(name)) for name, text in match.groupdict().items()}
+
+    clauses = [*CLAUSE_CORES]
+    for core in CLAUSE_CORES:
+        clauses += [f"{filler} {core}" for filler in CLAUSE_FILLERS]
+        clauses += [f"{core}  {filler}" for filler in CLAUSE_FILLERS]
+    clauses += [f"{a} {b}\t{core} {c}" for a, b, c in zip(CLAUSE_FILLERS, reversed(CLAUSE_FILLERS), CLAUSE_FILLERS[3:]) for core in CLAUSE_CORES]  # fmt: skip
+    for clause in clauses:
+        expected = next(((kind, m) for kind, regex in whole if (m := regex.fullmatch(clause))), None)
+        assert seen(stoprule._read_clause(clause)) == seen(expected), clause
