@@ -176,14 +176,22 @@ def orjson_floor(paths: list[Path]) -> float:
 
 
 def reward_profile(folder: Path, tasks: int) -> tuple[float, float, float]:
-    """(wall s, peak MiB, orjson floor s) of `ars profile` on a synthetic collection."""
+    """(wall s, peak MiB, orjson floor s) of `ars profile` on a synthetic collection: the faster of
+    two runs (one run of 100k x 8 took 6.1 to 7.7 s on the same idle 2-core machine) and the higher
+    of their peaks. Each is timed with what was written before it on the disk, so that no figure
+    pays for writing back the 2.4 GB of inputs just generated."""
     from bench_reward_profile import generate, measure
 
     inputs, results = generate(folder, tasks)
+    os.sync()
     orjson_floor([inputs, results])  # warms the page cache for both
     floor = orjson_floor([inputs, results])
-    wall, _, peak, _ = measure(inputs, results, folder / "out")
-    return wall, peak, floor
+    runs = []
+    for attempt in range(2):
+        os.sync()  # the previous run's outputs too
+        wall, _, peak, _ = measure(inputs, results, folder / f"out-{attempt}")
+        runs.append((wall, peak))
+    return min(wall for wall, _ in runs), max(peak for _, peak in runs), floor
 
 
 # ---------------------------------------------------------------- orchestration
