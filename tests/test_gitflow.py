@@ -194,3 +194,44 @@ def test_commit_paths_given_a_checkpoint_leaves_it_out(repo: Path):
     sha = gitflow.commit_paths(repo, ["best.safetensors", "train.py"], "raise LR")
     assert git(repo, "show", "--name-only", "--format=", sha) == "train.py"
     assert gitflow.tree_state(repo).untracked == ["best.safetensors"]
+
+
+def test_an_existing_branch_is_kept_as_it_is_when_allowed_and_a_bad_start_still_fails(repo: Path):
+    gitflow.create_branch(repo, "autoresearch/x/b", "HEAD")
+    first = gitflow.head_commit(repo, "autoresearch/x/b")
+    (repo / "train.py").write_text("LR = 0.03\n")
+    gitflow.commit_paths(repo, ["train.py"], "next")
+    gitflow.create_branch(repo, "autoresearch/x/b", "HEAD", exist_ok=True)
+    assert gitflow.head_commit(repo, "autoresearch/x/b") == first  # not moved to the new HEAD
+    with pytest.raises(gitflow.GitError, match="git branch"):
+        gitflow.create_branch(repo, "autoresearch/x/c", "no-such-start", exist_ok=True)
+    assert not gitflow.branch_exists(repo, "autoresearch/x/c")
+
+
+def test_a_commit_named_by_its_hash_is_read_once_and_a_branch_name_every_time(repo: Path):
+    sha = gitflow.head_commit(repo)
+    assert gitflow.committed_text(repo, sha, "train.py") == "LR = 0.01\n"
+    assert gitflow.committed_text(repo, sha, "missing.py") is None
+    (repo / "train.py").write_text("LR = 0.04\n")
+    gitflow.commit_paths(repo, ["train.py"], "next")
+    assert gitflow.committed_text(repo, sha, "train.py") == "LR = 0.01\n"  # the commit never changes
+    branch = git(repo, "branch", "--show-current")
+    assert gitflow.committed_text(repo, branch, "train.py") == "LR = 0.04\n"  # a name follows its branch
+
+
+def test_the_identity_falls_back_only_for_what_git_config_lacks(tmp_path: Path, monkeypatch):
+    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.gitconfig
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    repo = tmp_path / "bare-identity"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    assert set(gitflow.identity_env(repo)) == {
+        "GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"
+    }  # fmt: skip
+    git(repo, "config", "user.name", "Ada")
+    git(repo, "config", "user.email", "")  # set, but empty: read as lacking
+    assert set(gitflow.identity_env(repo)) == {"GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"}
+    git(repo, "config", "user.email", "ada@example.org")
+    assert gitflow.identity_env(repo) == {}
