@@ -471,7 +471,7 @@ def create_branch(cwd: str | Path, branch: str, start: str, exist_ok: bool = Fal
 _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)  # a proposal reads a few files of its parent; some may be large
 def _shown(cwd: str, commit: str, path: str) -> str | None:
     shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=cwd, capture_output=True, text=True)
     return shown.stdout if shown.returncode == 0 else None
