@@ -249,3 +249,57 @@ def test_an_allocation_whose_campaign_folder_is_deleted_lets_itself_go(tmp_path)
     wait_until(lambda: (where / f"usage-{allocation.job_id}").exists(), 60, "the holder to run")
     shutil.rmtree(where)  # a campaign removed: no run can be asked of it any more
     wait_until(lambda: not in_queue(allocation.job_id), 20, "the allocation to go without its folder")
+
+
+def _signalled_step(tmp_path: Path, job_id: str):
+    """A step's run record whose command SIGTERM ended just now, in the allocation of `job_id`."""
+    from autoresearch_skills.launch.base import Run
+
+    folder = tmp_path / "allocation"
+    folder.mkdir(exist_ok=True)
+    files = {name: str(tmp_path / name) for name in ("exit", "pid", "cancel", "srun_rc", "srun")}
+    run = Run(launcher="slurm", run_id=f"{job_id}+001-s0", log_path=str(tmp_path / "run.log"),
+              state_path=str(tmp_path / "run.json"), name="s0", command="python train.py",
+              started_at="2026-11-27T00:00:00+00:00",
+              extra={"allocation": str(folder), "allocation_job": job_id, "exit_file": files["exit"],
+                     "pid_file": files["pid"], "cancel_file": files["cancel"], "srun_rc": files["srun_rc"],
+                     "srun_file": files["srun"]})  # fmt: skip
+    Path(files["pid"]).write_text(f"node1 100 100 5 {job_id}.1\n")
+    Path(files["exit"]).write_text("143 exited\n")
+    return run, folder
+
+
+def test_a_step_a_signal_ended_as_its_allocation_ended_is_cancelled_with_it(tmp_path):
+    """A scancel of the allocation signals its steps before Slurm shows the allocation ended: the
+    step is the allocation's, not a crash of its command."""
+    from autoresearch_skills.launch import slurm_steps
+
+    run, folder = _signalled_step(tmp_path, "7")
+    holder.Allocation(folder=str(folder), job_id="7", ended="CANCELLED by 0").save()
+    state = slurm_steps.judge(run)
+    assert (state.name, run.extra["allocation_ended"]) == ("cancelled", "CANCELLED by 0")
+    assert "allocation (job 7) ended while it ran" in state.detail
+    holder.Allocation(folder=str(folder), job_id="8").save()  # job 7 was replaced: it has ended
+    assert slurm_steps.judge(run).name == "cancelled"
+
+
+@needs_slurm
+def test_a_step_a_signal_ended_in_a_live_allocation_is_a_crash_once_slurm_had_time_to_say(
+    tmp_path, monkeypatch
+):
+    from autoresearch_skills.launch import slurm_steps
+
+    name = unique("alive")
+    submitted = subprocess.run(["sbatch", "--parsable", "-J", name, "-t", "5", "--wrap", "sleep 120"],
+                               capture_output=True, text=True, check=True)  # fmt: skip
+    job_id = submitted.stdout.strip().split(";")[0]
+    try:
+        run, folder = _signalled_step(tmp_path, job_id)
+        holder.Allocation(folder=str(folder), job_id=job_id, job_name=name).save()
+        waiting = slurm_steps.judge(run)
+        assert waiting.name == "running" and "ended by signal 15" in waiting.detail, waiting
+        monkeypatch.setattr(slurm_steps, "SIGNAL_GRACE", 0.0)  # the grace is over
+        ended = slurm_steps.judge(run)
+        assert (ended.name, ended.exit_code) == ("exited", 143)
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)

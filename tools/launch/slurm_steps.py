@@ -25,6 +25,7 @@ import contextlib
 import math
 import os
 import shlex
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,12 +35,15 @@ from autoresearch_skills.launch.base import FINISHED, Run, RunSpec, State, shell
 from autoresearch_skills.launch.holder_files import drop_request, mark_running
 from autoresearch_skills.launch.local import prepare_run, record
 from autoresearch_skills.launch.runindex import remember
-from autoresearch_skills.launch.slurm_allocation import PENDING, load, settle
+from autoresearch_skills.launch.slurm_allocation import PENDING, Allocation, load, settle
 from autoresearch_skills.launch.slurm_watch import call, invalid_id
 
 LOCAL_POLL = 0.25
 CANCEL_WAIT = 60.0  # after scancel of a step: Slurm's KillWait, then srun returns
 BACKSTOP = 60.0  # Slurm's own step limit, past ours: a step that outlives `timeout` still ends
+# A step its command's signal ended waits this long for Slurm to say whether the allocation ended
+# (a scancel or a preemption signals the steps first): only then is it the command's own crash.
+SIGNAL_GRACE = 10.0
 
 STEP = """\
 #!/bin/bash
@@ -171,30 +175,19 @@ def judge(run: Run) -> State:
             )
         if code != 0 and Path(extra["cancel_file"]).exists():  # it wrote its exit as the cancel killed it
             return _cancelled(run)
+        if code > 128:  # a signal ended it: an allocation's end signals its steps before Slurm says so
+            _, gone = _allocation_gone(run)
+            if gone:
+                return _ended_with_allocation(run, gone)
+            if _age(_exit_file(run)) < SIGNAL_GRACE:
+                return State("running", None, f"its command ended by signal {code - 128}; asking Slurm whether "
+                             f"the allocation (job {extra['allocation_job']}) ended")  # fmt: skip
         return State("exited", code, "")
-    allocation = load(Path(extra["allocation"]))
+    allocation, gone = _allocation_gone(run)
     job_id = extra["allocation_job"]
-    if allocation is not None and allocation.job_id == job_id:
-        gone = settle(allocation)
-    else:  # a newer allocation replaced it: this one has ended
-        gone = (
-            next(
-                (
-                    e.get("ended", "")
-                    for e in (allocation.earlier if allocation else [])
-                    if e.get("job_id") == job_id
-                ),
-                "",
-            )
-            or "ended"
-        )
     srun_rc = _read(extra["srun_rc"])
     if gone:
-        run.extra["allocation_ended"] = gone
-        started = "while it ran" if Path(extra["pid_file"]).exists() else "before it started"
-        return State(
-            "cancelled", None, f"Slurm: the campaign's allocation (job {job_id}) ended {started}: {gone}"
-        )
+        return _ended_with_allocation(run, gone)
     if srun_rc is not None:
         said = _read(extra["srun_file"]) or ""
         if "DUE TO TIME LIMIT" in said:
@@ -220,8 +213,40 @@ def _cancelled(run: Run) -> State:
     return State("cancelled", None, f"Slurm: step {step_of(run) or ''} cancelled".replace("  ", " "))
 
 
+def _allocation_gone(run: Run) -> tuple[Allocation | None, str]:
+    """The campaign's allocation record, and how the run's allocation ended ('' while it lives)."""
+    allocation = load(Path(run.extra["allocation"]))
+    job_id = run.extra["allocation_job"]
+    if allocation is not None and allocation.job_id == job_id:
+        return allocation, settle(allocation)
+    earlier = allocation.earlier if allocation else []  # a newer allocation replaced it: this one has ended
+    return allocation, next((e.get("ended", "") for e in earlier if e.get("job_id") == job_id), "") or "ended"
+
+
+def _ended_with_allocation(run: Run, gone: str) -> State:
+    run.extra["allocation_ended"] = gone
+    started = "while it ran" if Path(run.extra["pid_file"]).exists() else "before it started"
+    return State(
+        "cancelled",
+        None,
+        f"Slurm: the campaign's allocation (job {run.extra['allocation_job']}) ended {started}: {gone}",
+    )
+
+
+def _age(path: str) -> float:
+    """Seconds since `path` was written (infinite when it is not there)."""
+    try:
+        return time.time() - os.stat(path).st_mtime
+    except OSError:
+        return math.inf
+
+
+def _exit_file(run: Run) -> str:
+    return run.extra.get("exit_file", run.log_path + ".exit")
+
+
 def exit_words(run: Run) -> tuple[int, str] | None:
-    return holder_files.exit_words(run.extra.get("exit_file", run.log_path + ".exit"))
+    return holder_files.exit_words(_exit_file(run))
 
 
 def step_of(run: Run) -> str:
