@@ -29,8 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoresearch_skills import gitflow, knobs
+from autoresearch_skills import knobs
 from autoresearch_skills.campaign.policy_settings import PolicySettings
+from autoresearch_skills.gitflow import committed_text
 
 
 @dataclass
@@ -193,11 +194,6 @@ def validate(
             raise Unchanged(
                 f"{knobs.describe(proposal.set)} changes nothing: the parent {parent_commit[:8]} already holds it"
             )
-
-
-def committed_text(repo: Path, commit: str, path: str) -> str | None:
-    """A file as `commit` has it; None when the commit lacks it."""
-    return gitflow.committed_text(repo, commit, path)
 
 
 class Policy:
