@@ -89,6 +89,27 @@ def test_max_and_min_stay_integers_when_every_metric_is_an_integer(tmp_path):
     assert type(row["max/output_tokens"]) is int and type(row["mean/output_tokens"]) is float
 
 
+@pytest.mark.parametrize("size", [2, 7, 40])  # numpy reduces short and long rows by other loops
+def test_a_zero_extreme_has_the_sign_of_the_total_order_whatever_the_order_of_the_rows(size):
+    import numpy as np
+
+    from autoresearch_skills.reward.stats import grouped_stats
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        zeros = rng.choice([0.0, -0.0], size=size)
+        zeros[rng.random(size) < 0.2] = np.nan
+        stats = grouped_stats(zeros[:, None], np.zeros(1, np.int64))
+        present = zeros[~np.isnan(zeros)]
+        if not len(present):
+            assert np.isnan(stats.min[0, 0]) and np.isnan(stats.max[0, 0])
+            continue
+        negative = np.signbit(present)
+        assert np.signbit(stats.min[0, 0]) == negative.any()
+        assert np.signbit(stats.max[0, 0]) == negative.all()
+        assert stats.min[0, 0] == 0 and stats.max[0, 0] == 0
+
+
 def test_several_agents_on_one_task_get_one_row_each(tmp_path):
     inputs, rollouts = collection(
         tmp_path,

@@ -5,6 +5,11 @@ group's rows (what NeMo Gym's reward profiler does, one task at a time), down to
 groups of equal size are stacked into one 2-D block per metric, NaN cells are zeroed and
 summed along the contiguous axis (numpy's pairwise sum, the same order pandas uses), and the
 variance is the same two-pass sum of squared deviations. No Python loop runs per group.
+
+One exception: the sign of a zero maximum or minimum. Where a group holds both 0.0 and -0.0,
+numpy (and so pandas) returns either, by the order of its vector lanes, which changes between
+numpy releases. Here -0.0 is the smaller, as in IEEE 754's total order: a zero minimum is -0.0
+when a -0.0 is among the values, a zero maximum 0.0 when a 0.0 is.
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ def _fill(
     empty = present == 0
     highest = np.where(missing, -np.inf, block).max(axis=1)
     lowest = np.where(missing, np.inf, block).min(axis=1)
+    _signed_zeros(highest, lowest, block)
     ordered = np.sort(block, axis=1)  # NaN sorts last, so the present values come first
     lo = np.maximum((present - 1) // 2, 0)
     hi = np.minimum(present // 2, size - 1)
@@ -96,3 +102,13 @@ def _fill(
     out["mean"][members, column] = mean
     out["std"][members, column] = std
     count[members, column] = present
+
+
+def _signed_zeros(highest: np.ndarray, lowest: np.ndarray, block: np.ndarray) -> None:
+    """A zero maximum or minimum with the sign IEEE 754's total order gives it (-0.0 < 0.0)."""
+    for extreme, wanted, other in ((lowest, -0.0, 0.0), (highest, 0.0, -0.0)):
+        zero = np.flatnonzero(extreme == 0)
+        if len(zero):
+            rows = block[zero]  # a NaN is no zero: no mask needed
+            found = ((rows == 0) & (np.signbit(rows) == np.signbit(wanted))).any(axis=1)
+            extreme[zero] = np.where(found, wanted, other)
