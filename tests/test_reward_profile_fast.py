@@ -15,7 +15,9 @@ a usage count named like a top-level field, a `rollout_id` field, an object as m
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -72,8 +74,9 @@ def test_blank_lines_send_the_blocks_to_the_line_reader_with_the_same_rows(tmp_p
     assert outputs["agent_metrics.json"] == expected("edge_cases")["agent_metrics.json"]
 
 
+@pytest.mark.parametrize("turn_groups", [1, 5, 1024])  # tasks a process writes before the other's turn
 @pytest.mark.parametrize("name", ["edge_cases", "edge_cases_odd"])
-def test_two_processes_reading_and_writing_halves_give_the_same_profile(tmp_path, name):
+def test_two_processes_reading_and_writing_halves_give_the_same_profile(tmp_path, name, turn_groups):
     source = DATA / name
     paths = [source / "X_materialized_inputs.jsonl", source / "X.jsonl"]
     worker = second_process(paths, split_min_bytes=0)
@@ -81,12 +84,36 @@ def test_two_processes_reading_and_writing_halves_give_the_same_profile(tmp_path
         pytest.skip("one core: no second process")
     try:
         profile = profile_files(*paths, allow_partial=True, split_min_bytes=0, worker=worker)
-        write_profile(profile, tmp_path / "X_reward_profiling.jsonl", worker, split_min_groups=2)
+        write_profile(
+            profile,
+            tmp_path / "X_reward_profiling.jsonl",
+            worker,
+            split_min_groups=2,
+            turn_groups=turn_groups,
+        )
     finally:
         worker.close()
     assert (tmp_path / "X_reward_profiling.jsonl").read_bytes() == expected(name)["reward_profiling.jsonl"]
     assert orjson.dumps(profile.agent_entries) == expected(name)["agent_metrics.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["X_reward_profiling.jsonl"]
+
+
+def test_a_second_process_killed_while_writing_is_an_error_not_a_hang(tmp_path):
+    source = DATA / "edge_cases"
+    paths = [source / "X_materialized_inputs.jsonl", source / "X.jsonl"]
+    worker = second_process(paths, split_min_bytes=0)
+    if worker is None:
+        pytest.skip("one core: no second process")
+    try:
+        profile = profile_files(*paths, allow_partial=True, split_min_bytes=0, worker=worker)
+        os.kill(worker._process.pid, signal.SIGKILL)
+        worker._process.join()
+        with pytest.raises(RuntimeError, match="second process of ars profile ended"):
+            write_profile(
+                profile, tmp_path / "X_reward_profiling.jsonl", worker, split_min_groups=2, turn_groups=1
+            )
+    finally:
+        worker.close()
 
 
 def test_second_half_with_its_own_key_order_is_recoded(tmp_path):

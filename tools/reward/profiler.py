@@ -149,14 +149,16 @@ class RewardProfile:
 
         return profile_lines(self)
 
-    def for_writing(self, first: int, stop: int) -> RewardProfile:
-        """Groups first:stop, with only what writing their lines needs (no agent metrics): views,
-        and the whole entry blobs (sent as they are, they cost less than picking out their rows)."""
+    def for_writing(self, groups: np.ndarray) -> RewardProfile:
+        """The groups `groups` (ascending), with only what writing their lines needs (no agent
+        metrics), and the whole entry blobs (sent as they are, they cost less than picking out
+        their rows)."""
         import numpy as np
 
-        end = int(self.starts[stop]) if stop < self.num_groups else len(self.row_group)
-        rows = slice(int(self.starts[first]) if first < self.num_groups else end, end)
-        groups = slice(first, stop)
+        ends = np.append(self.starts[1:], len(self.row_group))
+        sizes = ends[groups] - self.starts[groups]
+        starts = np.cumsum(sizes) - sizes
+        rows = np.repeat(self.starts[groups] - starts, sizes) + np.arange(int(sizes.sum()))
         return dataclasses.replace(
             self,
             values=self.values[rows],
@@ -165,7 +167,7 @@ class RewardProfile:
             row_agent=np.zeros(0, np.int64),
             row_info_start=self.row_info_start[rows],
             row_info_end=self.row_info_end[rows],
-            starts=self.starts[groups] - rows.start,
+            starts=starts,
             group_task=self.group_task[groups],
             group_agent=self.group_agent[groups],
             group_expected=self.group_expected[groups],

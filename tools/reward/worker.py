@@ -8,7 +8,9 @@ its apparent memory. Jobs and results travel through a pipe as a pickle whose nu
 go out of band (protocol 5), each sent as it is, not copied into the pickle.
 
 A job is a module-level function and its arguments. A BadInput it raises comes back as a
-BadInput (one line, exit code 2); anything else as a RuntimeError naming the job.
+BadInput (one line, exit code 2); anything else as a RuntimeError naming the job. While it runs,
+a job and this process may exchange small messages (`Worker.tell` and `Worker.hear` here,
+`parent()` there): writing the profile passes the file offset back and forth that way.
 """
 
 from __future__ import annotations
@@ -44,14 +46,41 @@ class Worker:
         self._busy = False
 
     def submit(self, job: Callable[..., Any], *args: Any) -> None:
-        send(self._connection, (job, args))
+        self._send((job, args))
         self._busy = True
 
     def result(self) -> Any:
+        status, value = self._receive()
+        if status == MESSAGE:
+            raise RuntimeError("the second process of ars profile sent a message nobody heard")
+        return self._outcome(status, value)
+
+    def tell(self, value: Any) -> None:
+        """A message to the running job (`parent().hear()` there)."""
+        self._send((MESSAGE, value))
+
+    def hear(self) -> Any:
+        """The running job's next message (`parent().tell()` there). A job that ended instead
+        raises its error here, or a RuntimeError if it ended well without the message."""
+        status, value = self._receive()
+        if status == MESSAGE:
+            return value
+        self._outcome(status, value)
+        raise RuntimeError("the second process of ars profile ended its job before its message")
+
+    def _send(self, value: Any) -> None:
         try:
-            status, value = receive(self._connection)
+            send(self._connection, value)
+        except OSError:
+            raise RuntimeError("the second process of ars profile ended before it was done") from None
+
+    def _receive(self) -> tuple[str, Any]:
+        try:
+            return receive(self._connection)
         except EOFError:
             raise RuntimeError("the second process of ars profile ended without its result") from None
+
+    def _outcome(self, status: str, value: Any) -> Any:
         self._busy = False
         if status == "bad input":
             raise BadInput(value)
@@ -79,10 +108,41 @@ class Worker:
         self.close()
 
 
+MESSAGE = "message"  # what tags a message between a running job and the parent
+
+
+class _Parent:
+    """The parent, as a running job sees it."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+
+    def tell(self, value: Any) -> None:
+        """A message to the parent (`Worker.hear` there)."""
+        send(self._connection, (MESSAGE, value))
+
+    def hear(self) -> Any:
+        """The parent's next message (`Worker.tell` there)."""
+        status, value = receive(self._connection)
+        assert status == MESSAGE, status
+        return value
+
+
+_parent: _Parent | None = None
+
+
+def parent() -> _Parent:
+    """The process that submitted the running job; only a job in the worker may ask."""
+    assert _parent is not None, "parent() is for a job running in the worker"
+    return _parent
+
+
 def _serve(connection: Any) -> None:
+    global _parent
     # This process's end is this process's business: Ctrl-C reaches the parent, which stops it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _parent = _Parent(connection)
     while True:
         try:
             job = receive(connection)
@@ -90,6 +150,8 @@ def _serve(connection: Any) -> None:
             return
         if job is None:
             return
+        if job[0] == MESSAGE:  # for a job that ended first, with an error the parent now hears
+            continue
         function, args = job
         outcome: tuple[str, Any]
         try:

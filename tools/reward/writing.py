@@ -7,18 +7,19 @@ Python numbers in one call; a task's row is one dict built from them in C (`dict
 the sample (its input line read again, minus the two index fields) and the task's rollout_infos
 entries (expanded a chunk at a time, entries.py) go in as orjson Fragments, and orjson writes it.
 
-With a worker, the last tasks are written by it into a file of their own while this process
-computes the agent metrics and writes the first ones; their file is appended at the end. Each
-process computes the statistics of its own tasks only.
+With a worker, the two processes take turns of a chunk each, every one computing its next chunk
+while the other writes, and each writing straight into the file at the offset the other hands
+over when its turn ends (nothing is copied afterwards). The worker has the last turn, during
+which this process computes the agent metrics. Each process computes the statistics of its own
+tasks only.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import orjson
@@ -31,12 +32,11 @@ from autoresearch_skills.reward.stats import STATS
 
 if TYPE_CHECKING:
     from autoresearch_skills.reward.stats import GroupedStats
-    from autoresearch_skills.reward.worker import Worker
+    from autoresearch_skills.reward.worker import Worker, _Parent
 
 ROW_CHUNK = 1024  # tasks per chunk: bounds what is alive at once (a few MB)
 SPLIT_MIN_GROUPS = 2048  # fewer tasks are written by one process: handing half over costs ~20 ms
 GROUP = b"\x1f"  # between the entries of two tasks while they are expanded together
-OWN_SHARE = 0.45  # of the rollouts, written by this process (it computes the agent metrics meanwhile)
 
 
 class RewardProfile(Protocol):
@@ -65,7 +65,7 @@ class RewardProfile(Protocol):
     @property
     def stats(self) -> GroupedStats: ...
 
-    def for_writing(self, first: int, stop: int) -> RewardProfile: ...
+    def for_writing(self, groups: np.ndarray) -> RewardProfile: ...
 
 
 def write_profile(
@@ -74,35 +74,43 @@ def write_profile(
     worker: Worker | None = None,
     split_min_groups: int = SPLIT_MIN_GROUPS,
     meanwhile: Callable[[], object] | None = None,
+    turn_groups: int = ROW_CHUNK,
 ) -> None:
-    """Write `X_reward_profiling.jsonl` at `path`; with a worker, the last tasks (a bit over half
-    the rollouts: this process also runs `meanwhile`) are written by it into a file of its own,
-    appended here at the end."""
+    """Write `X_reward_profiling.jsonl` at `path`. With a worker, the two processes take turns of
+    `turn_groups` tasks: each computes its next turn's lines while the other writes its own, then
+    writes them where the other's turn ended (the offset passes between them), so nothing is
+    copied and neither waits for long. The worker has the last turn: this process runs
+    `meanwhile` during it."""
     groups = profile.num_groups
     if worker is None or groups < max(split_min_groups, 2):
         if meanwhile is not None:
             meanwhile()
         write_lines(profile, path)
         return
-    rows = np.append(profile.starts, len(profile.row_group))
-    half = int(np.searchsorted(rows, rows[-1] * OWN_SHARE))
-    half = min(max(half, 1), groups - 1)
-    second = path.with_name(path.name + ".second")
+    turn_groups = max(1, min(turn_groups, groups // 2))
+    turns = len(range(0, groups, turn_groups))
+    theirs = list(range(turns - 1, -1, -2))[::-1]
+    mine = list(range(turns - 2, -1, -2))[::-1]
+    with open(path, "wb"):
+        pass  # both processes write into it, each at the offsets the other hands over
     try:
-        worker.submit(write_lines, profile.for_writing(half, groups), second)
+        worker.submit(
+            _write_turns,
+            profile.for_writing(_turn_groups(theirs, turn_groups, groups)),
+            path,
+            theirs,
+            turns,
+            None,
+            turn_groups,
+        )
+        part = profile.for_writing(_turn_groups(mine, turn_groups, groups))
+        _write_turns(part, path, mine, turns, worker, turn_groups)
         if meanwhile is not None:
             meanwhile()
-        with open(path, "wb") as handle:
-            for chunk in profile_lines(profile.for_writing(0, half)):
-                handle.write(chunk)
-            worker.result()
-            with open(second, "rb") as part:
-                _append(part, handle)
+        worker.result()
     except BaseException:
-        worker.close()  # stopped before its file goes, so it cannot write it again
+        worker.close()  # stopped before it writes any more
         raise
-    finally:
-        second.unlink(missing_ok=True)
 
 
 def write_lines(profile: RewardProfile, path: Path) -> None:
@@ -111,24 +119,44 @@ def write_lines(profile: RewardProfile, path: Path) -> None:
             handle.write(chunk)
 
 
-def _append(source: BinaryIO, target: BinaryIO) -> None:
-    """All of `source` at the end of `target`, copied by the kernel where it can."""
-    target.flush()
-    size = os.fstat(source.fileno()).st_size
-    done = 0
+def _turn_groups(turns: list[int], turn_groups: int, groups: int) -> np.ndarray:
+    """The tasks of these turns, in order."""
+    return np.concatenate([np.arange(t * turn_groups, min((t + 1) * turn_groups, groups)) for t in turns])
+
+
+def _write_turns(
+    part: RewardProfile,
+    path: Path,
+    turns: list[int],
+    count: int,
+    other: Worker | _Parent | None = None,
+    turn_groups: int = ROW_CHUNK,
+) -> None:
+    """Write the lines of `part`, the tasks of `turns` (every second one of `count`), a turn at a
+    time: computed first, then written at the offset where the other process's turn before it
+    ended (told by `other`: the worker, or in the worker the parent), whose next turn is then
+    told where this one ends."""
+    if other is None:
+        from autoresearch_skills.reward.worker import parent
+
+        other = parent()
+    handle = os.open(path, os.O_WRONLY)
     try:
-        while done < size:
-            copied = os.copy_file_range(source.fileno(), target.fileno(), size - done)
-            if copied == 0:
-                break
-            done += copied
-    except (AttributeError, OSError):  # no copy_file_range here (not Linux, an old kernel)
-        source.seek(done)
-        shutil.copyfileobj(source, target, 1 << 20)
+        for turn, lines in zip(turns, profile_lines(part, turn_groups)):
+            offset = other.hear() if turn else 0
+            view = memoryview(lines)
+            while view:
+                written = os.pwrite(handle, view, offset)
+                view, offset = view[written:], offset + written
+            if turn + 1 < count:
+                other.tell(offset)
+    finally:
+        os.close(handle)
 
 
-def profile_lines(profile: RewardProfile) -> Iterator[bytes]:
-    """Chunks of whole `_reward_profiling.jsonl` lines, newlines included, in task order."""
+def profile_lines(profile: RewardProfile, chunk_groups: int = ROW_CHUNK) -> Iterator[bytes]:
+    """Chunks of whole `_reward_profiling.jsonl` lines, newlines included, in task order: the
+    lines of `chunk_groups` tasks each."""
     groups = profile.num_groups
     all_samples = None
     if groups and is_gzip(profile.inputs_path):  # read once: a gzip'd file has no random access
@@ -138,8 +166,8 @@ def profile_lines(profile: RewardProfile) -> Iterator[bytes]:
     ends = np.append(profile.starts[1:], len(profile.row_group))
     entries = _Entries(profile)
     dumps, fragment = orjson.dumps, orjson.Fragment
-    for first in range(0, groups, ROW_CHUNK):
-        chunk = slice(first, min(first + ROW_CHUNK, groups))
+    for first in range(0, groups, chunk_groups):
+        chunk = slice(first, min(first + chunk_groups, groups))
         if all_samples is None:
             raw = read_lines_at(
                 profile.inputs_path, profile.sample_offset[chunk], profile.sample_length[chunk]
