@@ -22,7 +22,7 @@ Pure data: no I/O here (state.py reads and writes it).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -299,7 +299,9 @@ def _typed(kind: type[Any], data: dict) -> Any:  # an instance of `kind`
     return kind(**_known(kind, data), unknown=_unknown(kind, data))
 
 
-def _json_of(record: Any) -> dict:  # one of the dataclasses above
-    """A record's JSON form: its fields, and the keys this version did not know as they were."""
-    data = asdict(record)
+def _json_of(record: Any) -> dict:  # one of the dataclasses above, none of whose fields is one
+    """A record's JSON form: its fields, and the keys this version did not know as they were. The
+    values are the record's own, not copies (`asdict` deep-copies each, the larger part of writing
+    a campaign's state): the form is for dumping, not for keeping."""
+    data = {f.name: getattr(record, f.name) for f in fields(record)}
     return {**data.pop("unknown"), **data}

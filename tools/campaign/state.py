@@ -234,10 +234,17 @@ class StateFile:
 
     def _write(self, state: CampaignState) -> str:
         state.updated_at = format_iso(now())
-        text = _json_text(state)
-        write_text_atomic(self.path, text, backup=True)
-        return text
+        data = state.to_json()
+        write_text_atomic(self.path, json.dumps(data, indent=2) + "\n", backup=True)
+        return _compact(data)
 
 
 def _json_text(state: CampaignState) -> str:
-    return json.dumps(state.to_json(), indent=2) + "\n"
+    """The state as compact JSON: what tells whether it changed since it was written. (The file
+    is indented for people; json writes indented text in Python, compact text in C, ~10x faster,
+    and a campaign asks this some 30 times an experiment.)"""
+    return _compact(state.to_json())
+
+
+def _compact(data: dict) -> str:
+    return json.dumps(data, separators=(",", ":"))
