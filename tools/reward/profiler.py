@@ -149,16 +149,21 @@ class RewardProfile:
 
         return profile_lines(self)
 
-    def for_writing(self, groups: np.ndarray) -> RewardProfile:
-        """The groups `groups` (ascending), with only what writing their lines needs (no agent
-        metrics), and the whole entry blobs (sent as they are, they cost less than picking out
-        their rows)."""
+    def for_writing(self, groups: slice | np.ndarray) -> RewardProfile:
+        """The groups `groups` (a slice of them: views; else ascending indexes: copies), with only
+        what writing their lines needs (no agent metrics), and the whole entry blobs (sent as they
+        are, they cost less than picking out their rows)."""
         import numpy as np
 
         ends = np.append(self.starts[1:], len(self.row_group))
-        sizes = ends[groups] - self.starts[groups]
-        starts = np.cumsum(sizes) - sizes
-        rows = np.repeat(self.starts[groups] - starts, sizes) + np.arange(int(sizes.sum()))
+        rows: slice | np.ndarray
+        if isinstance(groups, slice):
+            rows = slice(int(self.starts[groups.start]), int(ends[groups.stop - 1]))
+            starts = self.starts[groups] - rows.start
+        else:
+            sizes = ends[groups] - self.starts[groups]
+            starts = np.cumsum(sizes) - sizes
+            rows = np.repeat(self.starts[groups] - starts, sizes) + np.arange(int(sizes.sum()))
         return dataclasses.replace(
             self,
             values=self.values[rows],

@@ -65,7 +65,7 @@ class RewardProfile(Protocol):
     @property
     def stats(self) -> GroupedStats: ...
 
-    def for_writing(self, groups: np.ndarray) -> RewardProfile: ...
+    def for_writing(self, groups: slice | np.ndarray) -> RewardProfile: ...
 
 
 def write_profile(
@@ -94,17 +94,10 @@ def write_profile(
     with open(path, "wb"):
         pass  # both processes write into it, each at the offsets the other hands over
     try:
-        worker.submit(
-            _write_turns,
-            profile.for_writing(_turn_groups(theirs, turn_groups, groups)),
-            path,
-            theirs,
-            turns,
-            None,
-            turn_groups,
-        )
-        part = profile.for_writing(_turn_groups(mine, turn_groups, groups))
-        _write_turns(part, path, mine, turns, worker, turn_groups)
+        theirs_part = profile.for_writing(_turn_groups(theirs, turn_groups, groups))
+        worker.submit(_their_turns, theirs_part, path, theirs, turns, turn_groups)
+        del theirs_part  # sent
+        _write_turns(_lines_of_turns(profile, mine, turn_groups), path, mine, turns, worker)
         if meanwhile is not None:
             meanwhile()
         worker.result()
@@ -124,27 +117,34 @@ def _turn_groups(turns: list[int], turn_groups: int, groups: int) -> np.ndarray:
     return np.concatenate([np.arange(t * turn_groups, min((t + 1) * turn_groups, groups)) for t in turns])
 
 
-def _write_turns(
-    part: RewardProfile,
-    path: Path,
-    turns: list[int],
-    count: int,
-    other: Worker | _Parent | None = None,
-    turn_groups: int = ROW_CHUNK,
-) -> None:
-    """Write the lines of `part`, the tasks of `turns` (every second one of `count`), a turn at a
-    time: computed first, then written at the offset where the other process's turn before it
-    ended (told by `other`: the worker, or in the worker the parent), whose next turn is then
-    told where this one ends."""
-    if other is None:
-        from autoresearch_skills.reward.worker import parent
+def _lines_of_turns(profile: RewardProfile, turns: list[int], turn_groups: int) -> Iterator[bytes]:
+    """The lines of each of `turns`, read from the profile itself a turn at a time (views, where
+    a copy of all of them would add some 50 MB at 100,000 tasks x 8)."""
+    groups = profile.num_groups
+    for turn in turns:
+        part = profile.for_writing(slice(turn * turn_groups, min((turn + 1) * turn_groups, groups)))
+        yield from profile_lines(part, turn_groups)
 
-        other = parent()
+
+def _their_turns(part: RewardProfile, path: Path, turns: list[int], count: int, turn_groups: int) -> None:
+    """The worker's job: the lines of `part`, the tasks of its `turns`, written in turn."""
+    from autoresearch_skills.reward.worker import parent
+
+    _write_turns(profile_lines(part, turn_groups), path, turns, count, parent())
+
+
+def _write_turns(
+    lines: Iterator[bytes], path: Path, turns: list[int], count: int, other: Worker | _Parent
+) -> None:
+    """Write `lines`, one chunk per turn of `turns` (every second one of `count`): each computed
+    first, then written at the offset where the other process's turn before it ended (told by
+    `other`: the worker, or in the worker the parent), whose next turn is then told where this one
+    ends."""
     handle = os.open(path, os.O_WRONLY)
     try:
-        for turn, lines in zip(turns, profile_lines(part, turn_groups)):
+        for turn, chunk in zip(turns, lines):
             offset = other.hear() if turn else 0
-            view = memoryview(lines)
+            view = memoryview(chunk)
             while view:
                 written = os.pwrite(handle, view, offset)
                 view, offset = view[written:], offset + written
