@@ -15,6 +15,7 @@ a usage count named like a top-level field, a `rollout_id` field, an object as m
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import signal
@@ -96,6 +97,26 @@ def test_two_processes_reading_and_writing_halves_give_the_same_profile(tmp_path
     assert (tmp_path / "X_reward_profiling.jsonl").read_bytes() == expected(name)["reward_profiling.jsonl"]
     assert orjson.dumps(profile.agent_entries) == expected(name)["agent_metrics.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["X_reward_profiling.jsonl"]
+
+
+def test_two_processes_writing_in_turns_from_gzipped_inputs_give_the_same_profile(tmp_path):
+    source = DATA / "edge_cases"
+    inputs = tmp_path / "X_materialized_inputs.jsonl.gz"
+    inputs.write_bytes(gzip.compress((source / "X_materialized_inputs.jsonl").read_bytes()))
+    paths = [inputs, source / "X.jsonl"]
+    worker = second_process(paths, split_min_bytes=0)
+    if worker is None:
+        pytest.skip("one core: no second process")
+    try:
+        profile = profile_files(*paths, allow_partial=True, split_min_bytes=0, worker=worker)
+        write_profile(
+            profile, tmp_path / "X_reward_profiling.jsonl", worker, split_min_groups=2, turn_groups=3
+        )
+    finally:
+        worker.close()
+    assert (tmp_path / "X_reward_profiling.jsonl").read_bytes() == expected("edge_cases")[
+        "reward_profiling.jsonl"
+    ]
 
 
 def test_a_second_process_killed_while_writing_is_an_error_not_a_hang(tmp_path):

@@ -121,6 +121,9 @@ def _lines_of_turns(profile: RewardProfile, turns: list[int], turn_groups: int) 
     """The lines of each of `turns`, read from the profile itself a turn at a time (views, where
     a copy of all of them would add some 50 MB at 100,000 tasks x 8)."""
     groups = profile.num_groups
+    if is_gzip(profile.inputs_path):  # the samples come from one read of the whole file: one part
+        yield from profile_lines(profile.for_writing(_turn_groups(turns, turn_groups, groups)), turn_groups)
+        return
     for turn in turns:
         part = profile.for_writing(slice(turn * turn_groups, min((turn + 1) * turn_groups, groups)))
         yield from profile_lines(part, turn_groups)
