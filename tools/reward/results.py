@@ -401,8 +401,8 @@ def _layout(
 class _Pieces:
     """The pieces each row's entry is made of, in order (a key's code, a value as orjson writes
     it), put together for all rows in one go: the values that are numbers written by one orjson
-    call, then every entry gathered by one byte index (10x faster than a bytes object per value,
-    joined row by row)."""
+    call, then every entry gathered by one byte index. (A bytes object per value, joined row by
+    row, cost 6% more instructions of the whole reading.)"""
 
     def __init__(self, rows: int) -> None:
         self.rows = rows
