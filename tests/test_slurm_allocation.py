@@ -243,6 +243,23 @@ def test_a_step_still_running_keeps_the_allocation_past_the_grace(tmp_path):
     wait_until(lambda: not in_queue(allocation.job_id), 30, "the allocation to go once the step is done")
 
 
+def test_a_holder_seen_queued_that_started_since_is_released_not_cancelled(tmp_path):
+    where = tmp_path / "slurm"
+    allocation, _ = holder.ensure(where, holder.Request(name=unique("late"), grace=600.0))
+    subprocess.run(["scontrol", "hold", allocation.job_id], check=True, capture_output=True)
+    holder.watcher().invalidate(allocation.job_id)
+    assert allocation.look().state == "PENDING"
+    holder.watcher().due = time.monotonic() + 600  # its polls backed off: that answer is the last one
+    subprocess.run(["scontrol", "release", allocation.job_id], check=True, capture_output=True)
+    wait_until(lambda: (where / f"usage-{allocation.job_id}").exists(), 60, "the holder to run")
+
+    said = holder.release(where)
+    assert said == f"Slurm allocation: job {allocation.job_id} released once its last step ends", said
+    wait_until(lambda: not in_queue(allocation.job_id), 20, "the allocation to go")
+    out = (where / f"holder-{allocation.job_id}.out").read_text()
+    assert "released: the campaign is done with it" in out and "CANCELLED" not in out, out
+
+
 def test_an_allocation_whose_campaign_folder_is_deleted_lets_itself_go(tmp_path):
     where = tmp_path / "slurm"
     allocation, _ = holder.ensure(where, holder.Request(name=unique("gone"), grace=600.0))

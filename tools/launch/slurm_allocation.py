@@ -288,6 +288,10 @@ def release(folder: Path) -> str:
     if allocation is None or not allocation.job_id or settle(allocation):
         return ""
     if allocation.look().state in PENDING:
+        # Asked again: the watcher's answer may predate the holder's start (its polls back off),
+        # and a running holder must finish its steps, not be cancelled under them.
+        watcher().invalidate(allocation.job_id)
+    if allocation.look().state in PENDING:
         call(["scancel", allocation.job_id], what="scancel")
         watcher().invalidate(allocation.job_id)
         return f"Slurm allocation: job {allocation.job_id} cancelled while it waited in the queue"
