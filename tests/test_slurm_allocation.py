@@ -260,6 +260,22 @@ def test_a_holder_seen_queued_that_started_since_is_released_not_cancelled(tmp_p
     assert "released: the campaign is done with it" in out and "CANCELLED" not in out, out
 
 
+def test_a_step_that_started_is_running_though_slurm_last_said_its_allocation_was_queued(tmp_path):
+    where = tmp_path / "slurm"
+    allocation, _ = holder.ensure(where, holder.Request(name=unique("stale"), grace=3.0))
+    subprocess.run(["scontrol", "hold", allocation.job_id], check=True, capture_output=True)
+    holder.watcher().invalidate(allocation.job_id)
+    assert allocation.look().state == "PENDING"
+    launcher = get_launcher("slurm", allocation=where)
+    run = launcher.start(RunSpec(["sleep", "3"], tmp_path / "step.log", timeout=60, name="step"))
+    assert launcher.status(run).name == "pending"
+    holder.watcher().due = time.monotonic() + 600  # its polls backed off: that answer is the last one
+    subprocess.run(["scontrol", "release", allocation.job_id], check=True, capture_output=True)
+    wait_until(lambda: Path(run.extra["pid_file"]).exists(), 60, "the step to start")
+    assert launcher.status(run).name in ("running", "exited"), launcher.status(run)
+    assert launcher.wait(run, 60).name == "exited"
+
+
 def test_an_allocation_whose_campaign_folder_is_deleted_lets_itself_go(tmp_path):
     where = tmp_path / "slurm"
     allocation, _ = holder.ensure(where, holder.Request(name=unique("gone"), grace=600.0))

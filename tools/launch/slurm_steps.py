@@ -196,6 +196,9 @@ def judge(run: Run) -> State:
             return _cancelled(run)
         last = said.strip().splitlines()[-1] if said.strip() else f"srun exited {srun_rc}"
         return State("lost", None, f"the step ended before its command did: {last}")
+    if Path(extra["pid_file"]).exists():  # before Slurm's word: its last answer may predate the start
+        host = (_read(extra["pid_file"]) or "?").split()[0]
+        return State("running", None, f"step {step_of(run)} on {host}")
     job = allocation.look() if allocation is not None else None
     if job is not None and job.state in PENDING:
         reason = job.fields.get("Reason", "")
@@ -203,9 +206,6 @@ def judge(run: Run) -> State:
         return State(
             "pending", None, f"waiting for the campaign's allocation, job {job_id}, in the queue{why}"
         )
-    if Path(extra["pid_file"]).exists():
-        host = (_read(extra["pid_file"]) or "?").split()[0]
-        return State("running", None, f"step {step_of(run)} on {host}")
     return State("pending", None, f"starting as a step of allocation {job_id}")
 
 
