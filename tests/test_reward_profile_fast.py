@@ -75,26 +75,29 @@ def test_blank_lines_send_the_blocks_to_the_line_reader_with_the_same_rows(tmp_p
     assert outputs["agent_metrics.json"] == expected("edge_cases")["agent_metrics.json"]
 
 
+def second_or_skip(paths: list[Path]):
+    """The worker that reads and writes half of `paths`'s profile, even for these small files."""
+    worker = second_process(paths, split_min_bytes=0)
+    if worker is None:
+        pytest.skip("one core: no second process")
+    return worker
+
+
+def write_in_turns(profile, worker, tmp_path: Path, turn_groups: int) -> Path:
+    path = tmp_path / "X_reward_profiling.jsonl"
+    write_profile(profile, path, worker, split_min_groups=2, turn_groups=turn_groups)
+    return path
+
+
 @pytest.mark.parametrize("turn_groups", [1, 5, 1024])  # tasks a process writes before the other's turn
 @pytest.mark.parametrize("name", ["edge_cases", "edge_cases_odd"])
 def test_two_processes_reading_and_writing_halves_give_the_same_profile(tmp_path, name, turn_groups):
     source = DATA / name
     paths = [source / "X_materialized_inputs.jsonl", source / "X.jsonl"]
-    worker = second_process(paths, split_min_bytes=0)
-    if worker is None:
-        pytest.skip("one core: no second process")
-    try:
+    with second_or_skip(paths) as worker:
         profile = profile_files(*paths, allow_partial=True, split_min_bytes=0, worker=worker)
-        write_profile(
-            profile,
-            tmp_path / "X_reward_profiling.jsonl",
-            worker,
-            split_min_groups=2,
-            turn_groups=turn_groups,
-        )
-    finally:
-        worker.close()
-    assert (tmp_path / "X_reward_profiling.jsonl").read_bytes() == expected(name)["reward_profiling.jsonl"]
+        written = write_in_turns(profile, worker, tmp_path, turn_groups)
+    assert written.read_bytes() == expected(name)["reward_profiling.jsonl"]
     assert orjson.dumps(profile.agent_entries) == expected(name)["agent_metrics.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["X_reward_profiling.jsonl"]
 
@@ -104,37 +107,21 @@ def test_two_processes_writing_in_turns_from_gzipped_inputs_give_the_same_profil
     inputs = tmp_path / "X_materialized_inputs.jsonl.gz"
     inputs.write_bytes(gzip.compress((source / "X_materialized_inputs.jsonl").read_bytes()))
     paths = [inputs, source / "X.jsonl"]
-    worker = second_process(paths, split_min_bytes=0)
-    if worker is None:
-        pytest.skip("one core: no second process")
-    try:
+    with second_or_skip(paths) as worker:
         profile = profile_files(*paths, allow_partial=True, split_min_bytes=0, worker=worker)
-        write_profile(
-            profile, tmp_path / "X_reward_profiling.jsonl", worker, split_min_groups=2, turn_groups=3
-        )
-    finally:
-        worker.close()
-    assert (tmp_path / "X_reward_profiling.jsonl").read_bytes() == expected("edge_cases")[
-        "reward_profiling.jsonl"
-    ]
+        written = write_in_turns(profile, worker, tmp_path, turn_groups=3)
+    assert written.read_bytes() == expected("edge_cases")["reward_profiling.jsonl"]
 
 
 def test_a_second_process_killed_while_writing_is_an_error_not_a_hang(tmp_path):
     source = DATA / "edge_cases"
     paths = [source / "X_materialized_inputs.jsonl", source / "X.jsonl"]
-    worker = second_process(paths, split_min_bytes=0)
-    if worker is None:
-        pytest.skip("one core: no second process")
-    try:
+    with second_or_skip(paths) as worker:
         profile = profile_files(*paths, allow_partial=True, split_min_bytes=0, worker=worker)
         os.kill(worker._process.pid, signal.SIGKILL)
         worker._process.join()
         with pytest.raises(RuntimeError, match="second process of ars profile ended"):
-            write_profile(
-                profile, tmp_path / "X_reward_profiling.jsonl", worker, split_min_groups=2, turn_groups=1
-            )
-    finally:
-        worker.close()
+            write_in_turns(profile, worker, tmp_path, turn_groups=1)
 
 
 def test_second_half_with_its_own_key_order_is_recoded(tmp_path):

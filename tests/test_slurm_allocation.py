@@ -243,14 +243,24 @@ def test_a_step_still_running_keeps_the_allocation_past_the_grace(tmp_path):
     wait_until(lambda: not in_queue(allocation.job_id), 30, "the allocation to go once the step is done")
 
 
-def test_a_holder_seen_queued_that_started_since_is_released_not_cancelled(tmp_path):
-    where = tmp_path / "slurm"
-    allocation, _ = holder.ensure(where, holder.Request(name=unique("late"), grace=600.0))
+def seen_queued(allocation: holder.Allocation) -> None:
+    """The holder held in the queue, and the watcher's answer saying so."""
     subprocess.run(["scontrol", "hold", allocation.job_id], check=True, capture_output=True)
     holder.watcher().invalidate(allocation.job_id)
     assert allocation.look().state == "PENDING"
-    holder.watcher().due = time.monotonic() + 600  # its polls backed off: that answer is the last one
+
+
+def started_unseen(allocation: holder.Allocation) -> None:
+    """The holder let go from the queue while the watcher, its polls backed off, asks nothing."""
+    holder.watcher().due = time.monotonic() + 600
     subprocess.run(["scontrol", "release", allocation.job_id], check=True, capture_output=True)
+
+
+def test_a_holder_seen_queued_that_started_since_is_released_not_cancelled(tmp_path):
+    where = tmp_path / "slurm"
+    allocation, _ = holder.ensure(where, holder.Request(name=unique("late"), grace=600.0))
+    seen_queued(allocation)
+    started_unseen(allocation)
     wait_until(lambda: (where / f"usage-{allocation.job_id}").exists(), 60, "the holder to run")
 
     said = holder.release(where)
@@ -263,14 +273,11 @@ def test_a_holder_seen_queued_that_started_since_is_released_not_cancelled(tmp_p
 def test_a_step_that_started_is_running_though_slurm_last_said_its_allocation_was_queued(tmp_path):
     where = tmp_path / "slurm"
     allocation, _ = holder.ensure(where, holder.Request(name=unique("stale"), grace=3.0))
-    subprocess.run(["scontrol", "hold", allocation.job_id], check=True, capture_output=True)
-    holder.watcher().invalidate(allocation.job_id)
-    assert allocation.look().state == "PENDING"
+    seen_queued(allocation)
     launcher = get_launcher("slurm", allocation=where)
     run = launcher.start(RunSpec(["sleep", "3"], tmp_path / "step.log", timeout=60, name="step"))
     assert launcher.status(run).name == "pending"
-    holder.watcher().due = time.monotonic() + 600  # its polls backed off: that answer is the last one
-    subprocess.run(["scontrol", "release", allocation.job_id], check=True, capture_output=True)
+    started_unseen(allocation)
     wait_until(lambda: Path(run.extra["pid_file"]).exists(), 60, "the step to start")
     assert launcher.status(run).name in ("running", "exited"), launcher.status(run)
     assert launcher.wait(run, 60).name == "exited"
